@@ -1,0 +1,3 @@
+"""flux-dws: run Flux jobs with DWS (near-node-flash) storage and user containers."""
+
+__version__ = "0.1.0"
