@@ -14,7 +14,10 @@ def parse_fsd(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise ValueError(f"invalid duration {value!r} (too large)") from None
     elif isinstance(value, str):
         text = value.strip()
         if text.lower() in ("inf", "infinity"):
@@ -37,11 +40,17 @@ def format_fsd(seconds: float) -> str:
     for unit in ("d", "h", "m", "s"):
         size = _UNITS[unit]
         if seconds >= size and _round(seconds / size) == seconds / size:
-            return f"{_round(seconds / size):g}{unit}"
+            return f"{_number(seconds / size)}{unit}"
     if 0 < seconds < 1:
-        return f"{_round(seconds * 1000):g}ms"
-    return f"{_round(seconds):g}s"
+        return f"{_number(seconds * 1000)}ms"
+    return f"{_number(seconds)}s"
 
 
 def _round(x: float) -> float:
     return round(x, 3)
+
+
+def _number(x: float) -> str:
+    """All the digits of ``x`` to the millisecond (not ``:g``, which keeps only six)."""
+    text = repr(_round(x))
+    return text[:-2] if text.endswith(".0") else text

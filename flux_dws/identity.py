@@ -23,7 +23,7 @@ IDENTITY_HELP = "1-40 lower-case letters, digits or '-', starting and ending wit
 
 def check_identity(identity: str) -> str:
     """Return ``identity`` if it is valid, else raise ValueError saying what is allowed."""
-    if not isinstance(identity, str) or not IDENTITY_RE.match(identity):
+    if not isinstance(identity, str) or not IDENTITY_RE.fullmatch(identity):
         raise ValueError(f"invalid instance identity {identity!r}: must be {IDENTITY_HELP}")
     return identity
 

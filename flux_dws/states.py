@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
 
 
 class State(str, Enum):
@@ -26,7 +25,7 @@ class State(str, Enum):
     def index(self) -> int:
         return STATE_ORDER.index(self)
 
-    def next(self) -> Optional[State]:
+    def next(self) -> State | None:
         """The state DWS allows after this one, or None after Teardown."""
         i = self.index
         return STATE_ORDER[i + 1] if i + 1 < len(STATE_ORDER) else None
@@ -53,7 +52,7 @@ class Status(str, Enum):
     ERROR = "Error"
 
 
-def is_legal_transition(current: Optional[State], desired: State) -> bool:
+def is_legal_transition(current: State | None, desired: State) -> bool:
     """Whether DWS admission accepts moving desiredState from ``current`` to ``desired``.
 
     Readiness is checked separately; this is only the shape of the move: staying put,

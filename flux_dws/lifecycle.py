@@ -1,0 +1,476 @@
+"""The lifecycle core: what to do next for one #DW job, as a pure function.
+
+    decide(job, workflow, policy, now) -> list[Action]
+
+Level-triggered: the answer depends only on what is observable now (the job as Flux and the
+job's own eventlog show it, the workflow as Kubernetes shows it), never on remembering that an
+earlier callback ran.  After a crash the same observations give the same next step, and every
+action is idempotent, so restart safety comes from the design rather than special cases.
+
+What flux-dws must remember across restarts it writes on the job as events (``dws-workflow``,
+``dws-state`` with the absolute deadline, ``dws-transient``, ``dws-container``,
+``dws-proposal``) and reads back into the JobView; the workflow itself lives in Kubernetes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Union
+
+from flux_dws.fsd import format_fsd
+from flux_dws.identity import FINALIZER
+from flux_dws.policy import Policy
+from flux_dws.request import DwRequest
+from flux_dws.states import State
+from flux_dws.storage import JOBSPEC_STORAGE_KEY, AllocationNeed, jobspec_storage
+from flux_dws.workflow import ContainerState, WorkflowView
+
+#: Exception type flux-dws raises on jobs.
+EXCEPTION_TYPE = "dws"
+#: Fatal exception types that end a job's workflow at once, even after the job has run.
+#: Any other fatal exception after the job started (e.g. its time limit) still lets the
+#: workflow finish PostRun and DataOut, so the job's data is copied out.
+ABORT_TYPES = frozenset({"cancel", EXCEPTION_TYPE})
+
+
+class JobPhase(str, Enum):
+    """Where the jobtap plugin holds the job (or that nothing holds it any more)."""
+
+    DEPEND = "depend"  # held in DEPEND until Proposal is ready and the needs are in the jobspec
+    SCHED = "sched"  # dependency released; waiting for resources
+    PROLOG = "prolog"  # allocated; prolog held until PreRun is ready
+    RUN = "run"  # tasks started
+    EPILOG = "epilog"  # finished or never started; epilog held until the workflow is gone
+    GONE = "gone"  # inactive or unknown: nothing holds it (an orphan's workflow)
+
+
+@dataclass(frozen=True)
+class JobException:
+    """The first fatal exception seen on the job."""
+
+    type: str
+    severity: int = 0
+    note: str = ""
+
+    @property
+    def aborts(self) -> bool:
+        return self.severity == 0 and self.type in ABORT_TYPES
+
+
+@dataclass(frozen=True)
+class ProposalInfo:
+    """What flux-dws reads once Proposal is ready (breakdowns, pinned container profile)."""
+
+    needs: tuple[AllocationNeed, ...] = ()
+    container_timeouts: Mapping[str, float] = field(default_factory=dict)  # prerun/postrun
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "storage": jobspec_storage(self.needs),
+            "needs": [n.to_json() for n in self.needs],
+            "container_timeouts": {k: format_fsd(v) for k, v in self.container_timeouts.items()},
+        }
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What Flux says about the job, and what flux-dws recorded on it earlier."""
+
+    jobid: int
+    phase: JobPhase
+    userid: int
+    groupid: int
+    request: DwRequest | None = None
+    request_error: str = ""  # why system.dw / dw_timeout were refused, when they were
+    hosts: tuple[str, ...] = ()  # compute nodes, once allocated
+    started: bool = False  # the job's tasks were started
+    exception: JobException | None = None  # first fatal exception, from anyone
+    # recorded by flux-dws as job events (so they survive a restart of the service):
+    workflow_created: bool = False  # dws-workflow
+    proposal_recorded: bool = False  # dws-proposal
+    posted_state: State | None = None  # dws-state: the desiredState last recorded
+    deadline: float | None = None  # dws-state: absolute deadline for posted_state
+    transient: tuple[State, float] | None = None  # dws-transient: (state, since)
+    container_recorded: ContainerState | None = None  # dws-container
+    # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
+    proposal: ProposalInfo | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.phase is not JobPhase.GONE
+
+
+# ----------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class CreateWorkflow:
+    """Create the job's workflow in Proposal (idempotent: an existing one of ours is kept)."""
+
+    directives: tuple[str, ...]
+    userid: int
+    groupid: int
+
+
+@dataclass(frozen=True)
+class SetDesiredState:
+    state: State
+    hurry: bool = False
+
+
+@dataclass(frozen=True)
+class ReadProposal:
+    """Read the DirectiveBreakdowns and the pinned container profile into JobView.proposal."""
+
+
+@dataclass(frozen=True)
+class ReleaseDependency:
+    """Put the storage needs into the jobspec and remove the job's dependency."""
+
+    jobspec_update: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PatchServers:
+    """Write each Servers resource's allocation sets for the job's compute nodes."""
+
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PatchComputes:
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FinishProlog:
+    """End the prolog hold: with the workflow's environment, or failed (the job never runs)."""
+
+    success: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+    token_secret: tuple[str, str] | None = None  # (namespace, name) -> DW_WORKFLOW_TOKEN
+
+
+@dataclass(frozen=True)
+class FinishEpilog:
+    """End the epilog hold: the workflow is gone, nothing more to wait for."""
+
+
+@dataclass(frozen=True)
+class RaiseException:
+    note: str
+    severity: int = 0
+    type: str = EXCEPTION_TYPE
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """Record something on the job's eventlog (for users, and for the next decide())."""
+
+    name: str
+    context: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteWorkflow:
+    """Remove our finalizer and delete the workflow (its companions go with it)."""
+
+
+@dataclass(frozen=True)
+class WakeAt:
+    """Call decide() again at this time even if nothing else happens (a deadline)."""
+
+    time: float
+
+
+Action = Union[
+    CreateWorkflow,
+    SetDesiredState,
+    ReadProposal,
+    ReleaseDependency,
+    PatchServers,
+    PatchComputes,
+    FinishProlog,
+    FinishEpilog,
+    RaiseException,
+    PostEvent,
+    DeleteWorkflow,
+    WakeAt,
+]
+
+# Which desiredStates are consistent with each job phase (a job that has run: EPILOG).
+_EXPECTED: Mapping[JobPhase, frozenset[State]] = {
+    JobPhase.DEPEND: frozenset({State.PROPOSAL}),
+    JobPhase.SCHED: frozenset({State.PROPOSAL}),
+    JobPhase.PROLOG: frozenset({State.PROPOSAL, State.SETUP, State.DATAIN, State.PRERUN}),
+    JobPhase.RUN: frozenset({State.PRERUN}),
+    JobPhase.EPILOG: frozenset({State.PRERUN, State.POSTRUN, State.DATAOUT}),
+}
+
+
+# ----------------------------------------------------------------------------- decide
+
+
+def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: float) -> list[Action]:
+    """The next actions for ``job``, given its workflow (None when there is none)."""
+    if not job.active:
+        return _sweep_orphan(workflow, policy, now)
+    if workflow is None or _released(workflow):
+        return _without_workflow(job, workflow)
+    actions: list[Action] = []
+    actions += _record(job, workflow, policy, now)
+    if workflow.desired_state is State.TEARDOWN:
+        ending = _teardown(job, workflow, now)
+        if any(isinstance(a, DeleteWorkflow) for a in ending):
+            return actions + ending
+        actions += ending
+    elif _aborted(job):
+        return actions + _abort(job, None)
+    else:
+        problem = _failure(job, workflow, policy, now)
+        if problem:
+            return actions + _abort(job, problem)
+        actions += _advance(job, workflow)
+    wake = _next_wake(job, workflow, policy, now)
+    if wake is not None:
+        actions.append(WakeAt(wake))
+    return actions
+
+
+def _released(wf: WorkflowView) -> bool:
+    """Deleted as far as flux-dws is concerned: going away and no longer held by us."""
+    return wf.deleting and FINALIZER not in wf.finalizers
+
+
+def _fatal(job: JobView) -> bool:
+    return job.exception is not None and job.exception.severity == 0
+
+
+def _aborted(job: JobView) -> bool:
+    """The job's workflow must go straight to Teardown, skipping what is left."""
+    if _fatal(job):
+        assert job.exception is not None
+        return job.exception.aborts or not job.started
+    return job.phase is JobPhase.EPILOG and not job.started
+
+
+def _timeout(job: JobView, key: str, policy: Policy) -> float:
+    if job.request is not None:
+        return job.request.timeouts[key]
+    return policy.timeout(key).default
+
+
+def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str | None:
+    """Why the workflow cannot go on (a user-facing note), or None."""
+    state = wf.desired_state
+    if job.phase is not JobPhase.GONE and state not in _EXPECTED[job.phase]:
+        return f"workflow {wf.name} is in {state.value} while the job is in {job.phase.value}"
+    if wf.failed:
+        if wf.container.state.is_failure:
+            return f"{state.value} failed: {wf.container.reason}"
+        return f"{state.value} failed: {wf.user_message or 'workflow status is Error'}"
+    if wf.transient and job.transient and job.transient[0] is state:
+        grace = _timeout(job, "transient", policy)
+        if now >= job.transient[1] + grace:
+            return (
+                f"{state.value} in TransientCondition for more than {format_fsd(grace)}: "
+                f"{wf.user_message or 'no message'}"
+            )
+    if (
+        not wf.complete
+        and job.posted_state is state
+        and job.deadline is not None
+        and now >= job.deadline
+    ):
+        note = (
+            f"{state.value} did not complete within {format_fsd(_timeout(job, state.key, policy))}"
+        )
+        return f"{note}: {wf.user_message}" if wf.user_message else note
+    return None
+
+
+def _abort(job: JobView, problem: str | None) -> list[Action]:
+    """Fail or cancel the job (once), let go of the prolog, send the workflow to Teardown."""
+    if job.phase is JobPhase.PROLOG:
+        actions = _fail_prolog(job, problem)
+    else:
+        actions = _fail(job, problem)
+    return [*actions, SetDesiredState(State.TEARDOWN, hurry=True)]
+
+
+def _fail(job: JobView, note: str | None) -> list[Action]:
+    """Raise ``note`` as the job's exception, unless there is none or the job already has one."""
+    return [RaiseException(note)] if note and not _fatal(job) else []
+
+
+def _fail_prolog(job: JobView, note: str | None = None) -> list[Action]:
+    """End the prolog hold so the job never starts; a failed prolog always has an exception."""
+    note = note or "the job's workflow ended before the job could start"
+    return [*_fail(job, note), FinishProlog(success=False)]
+
+
+def _advance(job: JobView, wf: WorkflowView) -> list[Action]:
+    """The next step of a healthy workflow, once its current state is complete."""
+    if not wf.complete:
+        return []
+    state, phase = wf.desired_state, job.phase
+    if state is State.PROPOSAL:
+        if job.proposal is None:
+            return [ReadProposal()]
+        if phase is JobPhase.DEPEND:
+            return [ReleaseDependency({JOBSPEC_STORAGE_KEY: _storage(job)})]
+        if phase is JobPhase.PROLOG:
+            return [PatchServers(job.hosts), SetDesiredState(State.SETUP)]
+        return []
+    if phase is JobPhase.PROLOG:
+        if state is State.SETUP:
+            return [PatchComputes(job.hosts), SetDesiredState(State.DATAIN)]
+        if state is State.DATAIN:
+            return [SetDesiredState(State.PRERUN)]
+        return [FinishProlog(success=True, env=wf.env, token_secret=wf.token_secret)]
+    if phase is JobPhase.EPILOG:
+        following = state.next()
+        assert following is not None  # EPILOG only expects PreRun..DataOut here
+        return [SetDesiredState(following)]
+    return []
+
+
+def _storage(job: JobView) -> dict[str, Any]:
+    assert job.proposal is not None
+    return jobspec_storage(job.proposal.needs)
+
+
+def _teardown(job: JobView, wf: WorkflowView, now: float) -> list[Action]:
+    """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be."""
+    actions = _fail_prolog(job) if job.phase is JobPhase.PROLOG else []
+    if wf.complete:
+        return [*actions, DeleteWorkflow()]
+    stuck = _teardown_stuck(job, wf, now)
+    if stuck:
+        actions.append(PostEvent("dws-teardown-failed", {"workflow": wf.name, "reason": stuck}))
+        actions.append(DeleteWorkflow())
+    return actions
+
+
+def _teardown_stuck(job: JobView, wf: WorkflowView, now: float) -> str | None:
+    if wf.failed:
+        return f"Teardown failed: {wf.user_message or 'workflow status is Error'}"
+    if job.posted_state is State.TEARDOWN and job.deadline is not None and now >= job.deadline:
+        return f"Teardown did not complete by its deadline: {wf.user_message or 'no message'}"
+    return None
+
+
+def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
+    """No workflow (never created, deleted by us, or vanished): create one or let go."""
+    if job.request_error or job.request is None:
+        return _release(job, f"invalid DWS request: {job.request_error or 'no #DW directives'}")
+    if not job.workflow_created:
+        if job.phase is JobPhase.DEPEND and job.exception is None:
+            return [CreateWorkflow(job.request.lines, job.userid, job.groupid)]
+        if job.phase in (JobPhase.DEPEND, JobPhase.EPILOG) or job.exception is not None:
+            return _release(job, None)
+        return _release(job, "no workflow was ever created for this job")
+    if job.posted_state is State.TEARDOWN or _fatal(job):
+        return _release(job, None)
+    where = job.posted_state.value if job.posted_state else "Proposal"
+    name = wf.name if wf is not None else "the job's workflow"
+    return _release(job, f"{name} was deleted outside flux-dws while in {where}")
+
+
+def _release(job: JobView, note: str | None) -> list[Action]:
+    """Let go of every hold on the job, failing it first with ``note`` if given."""
+    if job.phase is JobPhase.PROLOG:
+        return _fail_prolog(job, note)
+    if job.phase is JobPhase.EPILOG:
+        return [*_fail(job, note), FinishEpilog()]
+    return _fail(job, note)
+
+
+def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """Job events that make the job's story visible and the next decision restart-safe."""
+    events: list[Action] = []
+    if not job.workflow_created:
+        timeouts = job.request.describe_timeouts() if job.request else {}
+        events.append(
+            PostEvent(
+                "dws-workflow",
+                {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts},
+            )
+        )
+    if job.proposal is not None and not job.proposal_recorded:
+        events.append(PostEvent("dws-proposal", job.proposal.to_json()))
+    state = wf.desired_state
+    if job.posted_state is not state:
+        timeout = _timeout(job, state.key, policy)
+        since = wf.desired_state_change if wf.settled and wf.desired_state_change else now
+        deadline = None if math.isinf(timeout) else since + timeout
+        events.append(
+            PostEvent(
+                "dws-state",
+                {"state": state.value, "timeout": format_fsd(timeout), "deadline": deadline},
+            )
+        )
+    if wf.transient and (job.transient is None or job.transient[0] is not state):
+        events.append(
+            PostEvent(
+                "dws-transient",
+                {"state": state.value, "since": now, "message": wf.user_message},
+            )
+        )
+    elif not wf.transient and job.transient is not None:
+        events.append(PostEvent("dws-transient", {"state": state.value, "since": None}))
+    outcome = wf.container
+    if outcome.state in _TERMINAL_CONTAINER and job.container_recorded is not outcome.state:
+        events.append(
+            PostEvent(
+                "dws-container",
+                {
+                    "state": outcome.state.value,
+                    "phase": outcome.phase.value if outcome.phase else None,
+                    "reason": outcome.reason,
+                    "detail": outcome.detail,
+                },
+            )
+        )
+    return events
+
+
+_TERMINAL_CONTAINER = frozenset(
+    {
+        ContainerState.EXITED,
+        ContainerState.START_FAILED,
+        ContainerState.FAILED,
+        ContainerState.TIMED_OUT,
+    }
+)
+
+
+def _next_wake(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> float | None:
+    """The earliest future time at which a deadline or grace period runs out."""
+    times = []
+    if not wf.complete and job.posted_state is wf.desired_state and job.deadline is not None:
+        times.append(job.deadline)
+    if wf.transient and job.transient and job.transient[0] is wf.desired_state:
+        times.append(job.transient[1] + _timeout(job, "transient", policy))
+    future = [t for t in times if t > now]
+    return min(future) if future else None
+
+
+def _sweep_orphan(wf: WorkflowView | None, policy: Policy, now: float) -> list[Action]:
+    """A workflow of ours whose job is gone: Teardown, then delete."""
+    if wf is None or _released(wf):
+        return []
+    if wf.desired_state is not State.TEARDOWN:
+        return [SetDesiredState(State.TEARDOWN, hurry=True)]
+    if wf.complete or wf.failed:
+        return [DeleteWorkflow()]
+    limit = policy.timeout("teardown").default
+    since = wf.desired_state_change
+    if since is not None and not math.isinf(limit):
+        if now >= since + limit:
+            return [DeleteWorkflow()]
+        return [WakeAt(since + limit)]
+    return []

@@ -1,0 +1,336 @@
+"""The site's ``[dws]`` table from Flux's TOML config -> an immutable :class:`Policy`.
+
+Everything a site decides (namespace, timeouts, presets, restrictions) is read and checked
+here, once, so the rest of flux-dws works with values that are already valid.  A bad table
+is an admin error: :class:`PolicyError` names the full key (``[dws] timeouts.prerun.max:
+invalid duration '5x'``) so it can be fixed at 3 a.m. without reading code.
+
+State timeouts bound how long a workflow may take to become ready in each state.  Defaults
+(default / site maximum), chosen so ordinary storage and data movement fit comfortably while a
+wedged workflow is still noticed within the hour:
+
+    proposal 10m / 1h    setup 30m / 4h     datain 1h / 24h    prerun 15m / 2h
+    postrun 15m / 2h     dataout 1h / 24h   teardown 30m / 4h
+    transient 30s / 10m  (how long TransientCondition is tolerated; the DWS errors
+                          guide recommends thirty seconds before tearing down)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from flux_dws.directives import parse_directives
+from flux_dws.errors import DirectiveError, PolicyError
+from flux_dws.fsd import format_fsd, parse_fsd
+from flux_dws.identity import check_identity
+from flux_dws.states import STATE_KEYS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+TABLE = "dws"
+TIMEOUT_KEYS: tuple[str, ...] = STATE_KEYS + ("transient",)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenMap(Mapping[K, V]):
+    """A read-only, hashable mapping, so frozen dataclasses holding one stay hashable.
+
+    Compares equal to any mapping with the same items (including a plain dict).
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Any = ()) -> None:
+        self._data: dict[K, V] = dict(data)
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._data.items()))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+@dataclass(frozen=True)
+class TimeoutBound:
+    """A timeout's site default and the most a job may ask for, in seconds (may be inf)."""
+
+    default: float
+    maximum: float
+
+
+def _bound(default: str, maximum: str) -> TimeoutBound:
+    return TimeoutBound(parse_fsd(default), parse_fsd(maximum))
+
+
+DEFAULT_TIMEOUTS: Mapping[str, TimeoutBound] = FrozenMap(
+    {
+        "proposal": _bound("10m", "1h"),
+        "setup": _bound("30m", "4h"),
+        "datain": _bound("1h", "24h"),
+        "prerun": _bound("15m", "2h"),
+        "postrun": _bound("15m", "2h"),
+        "dataout": _bound("1h", "24h"),
+        "teardown": _bound("30m", "4h"),
+        "transient": _bound("30s", "10m"),
+    }
+)
+assert tuple(DEFAULT_TIMEOUTS) == TIMEOUT_KEYS
+
+#: A preset name is one word that cannot be mistaken for a #DW line in system.dw.
+PRESET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAMESPACE_HELP = "a Kubernetes namespace: 1-63 lower-case letters, digits or '-'"
+_API_VERSION_RE = re.compile(r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$")
+_API_VERSION_HELP = "a Kubernetes API version such as v1alpha7"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the site allows and defaults to; immutable and hashable."""
+
+    namespace: str = "default"
+    kubeconfig: str | None = None
+    instance: str | None = None
+    presets: Mapping[str, tuple[str, ...]] = field(default_factory=FrozenMap)
+    restrict_persistent: bool = True
+    user_timeouts: bool = True
+    timeouts: Mapping[str, TimeoutBound] = field(default_factory=lambda: DEFAULT_TIMEOUTS)
+    workflow_version: str | None = None
+    nnf_version: str | None = None
+    api_alarm: float = 120.0
+    service_wait: float = math.inf
+
+    def __post_init__(self) -> None:
+        # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
+        unknown = sorted(set(self.timeouts) - set(TIMEOUT_KEYS))
+        if unknown:
+            raise PolicyError(f"unknown timeout key(s) {', '.join(map(repr, unknown))}")
+        timeouts = {key: self.timeouts.get(key, DEFAULT_TIMEOUTS[key]) for key in TIMEOUT_KEYS}
+        presets = {name: tuple(lines) for name, lines in self.presets.items()}
+        object.__setattr__(self, "timeouts", FrozenMap(timeouts))
+        object.__setattr__(self, "presets", FrozenMap(presets))
+
+    def timeout(self, key: str) -> TimeoutBound:
+        """The bound for one of TIMEOUT_KEYS; KeyError naming the key otherwise."""
+        try:
+            return self.timeouts[key]
+        except KeyError:
+            raise KeyError(
+                f"unknown timeout key {key!r}; known: {', '.join(TIMEOUT_KEYS)}"
+            ) from None
+
+
+# ---- reading the [dws] table ---------------------------------------------------------------
+
+
+def _fail(key: str, problem: str) -> PolicyError:
+    return PolicyError(f"[{TABLE}] {key}: {problem}")
+
+
+def type_name(value: object) -> str:
+    """The TOML word for a value's type, for messages an admin reads."""
+    names = {bool: "boolean", int: "integer", float: "float", str: "string"}
+    if isinstance(value, Mapping):
+        return "table"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return names.get(type(value), type(value).__name__)
+
+
+def _check_keys(table: Mapping[Any, Any], known: tuple[str, ...], prefix: str = "") -> None:
+    for key in table:
+        if key not in known:
+            hint = difflib.get_close_matches(str(key), known, n=1)
+            advice = f"did you mean '{prefix}{hint[0]}'?" if hint else f"known: {', '.join(known)}"
+            raise PolicyError(f"[{TABLE}] unknown key '{prefix}{key}' ({advice})")
+
+
+def _table(value: object, key: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(key, f"must be a table, not {type_name(value)}")
+    return value
+
+
+def _string(value: object, key: str, pattern: re.Pattern[str] | None = None, rule: str = "") -> str:
+    if not isinstance(value, str):
+        raise _fail(key, f"must be a string, not {type_name(value)}")
+    if not value:
+        raise _fail(key, "must not be empty")
+    if pattern is not None and not pattern.fullmatch(value):
+        raise _fail(key, f"invalid value {value!r}: must be {rule}")
+    return value
+
+
+def _boolean(value: object, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(key, f"must be true or false, not {type_name(value)} {value!r}")
+    return value
+
+
+def _duration(value: object, key: str) -> float:
+    """A positive FSD; 0 is refused because a zero timeout would fail every job at once."""
+    try:
+        seconds = parse_fsd(value)
+    except ValueError as exc:
+        raise _fail(key, str(exc)) from None
+    if seconds == 0:
+        raise _fail(key, 'must be greater than 0 (use "inf" for no limit)')
+    return seconds
+
+
+def _instance(value: object, key: str) -> str:
+    text = _string(value, key)
+    try:
+        return check_identity(text)
+    except ValueError as exc:
+        raise _fail(key, str(exc)) from None
+
+
+def _presets(value: object, key: str) -> dict[str, tuple[str, ...]]:
+    """Preset name -> its directive texts, each preset parsed now so a bad one fails at load."""
+    presets: dict[str, tuple[str, ...]] = {}
+    for name, lines in _table(value, key).items():
+        where = f"{key}.{name}"
+        if not isinstance(name, str) or not PRESET_NAME_RE.fullmatch(name):
+            raise _fail(where, "a preset name must be one word of letters, digits, '_', '.' or '-'")
+        texts = (lines,) if isinstance(lines, str) else lines
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise _fail(where, f"must be a string or an array of strings, not {type_name(lines)}")
+        if not any(t.strip() for t in texts):
+            raise _fail(where, "must hold at least one #DW directive")
+        try:
+            directives = parse_directives(lines if isinstance(lines, str) else tuple(lines))
+        except DirectiveError as exc:
+            raise _fail(where, str(exc)) from None
+        presets[name] = tuple(d.text for d in directives)
+    return presets
+
+
+def _timeouts(value: object, key: str) -> dict[str, TimeoutBound]:
+    """Per-state bounds.  A lone ``default`` raises the built-in maximum to meet it and a lone
+    ``max`` lowers the built-in default to meet it: only two explicit values can conflict."""
+    table = _table(value, key)
+    _check_keys(table, TIMEOUT_KEYS, f"{key}.")
+    bounds: dict[str, TimeoutBound] = {}
+    for name in TIMEOUT_KEYS:
+        if name not in table:
+            continue
+        where = f"{key}.{name}"
+        sub = _table(table[name], where)
+        _check_keys(sub, ("default", "max"), f"{where}.")
+        default = _duration(sub["default"], f"{where}.default") if "default" in sub else None
+        maximum = _duration(sub["max"], f"{where}.max") if "max" in sub else None
+        if default is not None and maximum is not None and default > maximum:
+            raise _fail(where, f"default {format_fsd(default)} exceeds max {format_fsd(maximum)}")
+        builtin = DEFAULT_TIMEOUTS[name]
+        if default is None:
+            default = builtin.default if maximum is None else min(builtin.default, maximum)
+        if maximum is None:
+            maximum = max(builtin.maximum, default)
+        bounds[name] = TimeoutBound(default, maximum)
+    return bounds
+
+
+#: config key -> (Policy field, reader(value, key)).  The one list of what [dws] may hold.
+_READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
+    "namespace": ("namespace", partial(_string, pattern=_NAMESPACE_RE, rule=_NAMESPACE_HELP)),
+    "kubeconfig": ("kubeconfig", _string),
+    "instance": ("instance", _instance),
+    "presets": ("presets", _presets),
+    "restrict-persistent": ("restrict_persistent", _boolean),
+    "user-timeouts": ("user_timeouts", _boolean),
+    "timeouts": ("timeouts", _timeouts),
+    "workflow-version": (
+        "workflow_version",
+        partial(_string, pattern=_API_VERSION_RE, rule=_API_VERSION_HELP),
+    ),
+    "nnf-version": (
+        "nnf_version",
+        partial(_string, pattern=_API_VERSION_RE, rule=_API_VERSION_HELP),
+    ),
+    "api-alarm": ("api_alarm", _duration),
+    "service-wait": ("service_wait", _duration),
+}
+CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
+
+
+def policy_from_table(table: Mapping[str, Any] | None) -> Policy:
+    """The Policy for a ``[dws]`` table given as a dict; None or {} gives the defaults."""
+    if table is None:
+        return Policy()
+    if not isinstance(table, Mapping):
+        raise PolicyError(f"[{TABLE}] must be a table, not {type_name(table)}")
+    _check_keys(table, CONFIG_KEYS)
+    values = {}
+    for key, (name, read) in _READERS.items():
+        if key in table:
+            values[name] = read(table[key], key)
+    return Policy(**values)
+
+
+def load_policy(path: str) -> Policy:
+    """The Policy from a config file, or from a directory read as Flux reads its config dir.
+
+    Like flux-core: a directory means its ``*.toml`` glob (sorted, no hidden files), merged
+    table by table (a later file's value wins); a single file may be TOML or, by extension, JSON.
+    """
+    try:
+        if os.path.isdir(path):
+            config: dict[str, Any] = {}
+            names = sorted(n for n in os.listdir(path) if n.endswith(".toml") and n[0] != ".")
+            for name in names:
+                _merge(config, _read_file(os.path.join(path, name)))
+        else:
+            config = _read_file(path)
+    except OSError as exc:
+        raise PolicyError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    return policy_from_table(config.get(TABLE))
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        if path.endswith(".json"):
+            parsed = json.loads(data)
+            if not isinstance(parsed, dict):
+                raise ValueError("top level is not an object")
+            return parsed
+        return tomllib.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"{path}: {exc}") from None
+
+
+def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
+    """Recursive table merge, as jansson's json_object_update_recursive (flux-core)."""
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        elif isinstance(value, Mapping):
+            into[key] = {}
+            _merge(into[key], value)
+        else:
+            into[key] = value

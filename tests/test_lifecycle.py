@@ -1,0 +1,608 @@
+"""flux_dws.lifecycle.decide: unit tests per state x status x phase, and a hypothesis model.
+
+The model plays DWS (admission rules included) and Flux's job-manager around decide(), in
+pure Python: random observation sequences must never produce an illegal transition, a second
+exception, or a hold that is never released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flux_dws import lifecycle as lc
+from flux_dws.identity import FINALIZER
+from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo, decide
+from flux_dws.policy import policy_from_table
+from flux_dws.request import request_from_attributes
+from flux_dws.states import STATE_ORDER, State, Status, is_legal_transition
+from flux_dws.storage import JOBSPEC_STORAGE_KEY
+from flux_dws.workflow import ContainerOutcome, ContainerState, WorkflowView
+
+POLICY = policy_from_table({})
+JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
+CONTAINER = "#DW container name=c1 profile=ok DW_JOB_data=shared"
+GFS2 = "#DW jobdw type=gfs2 capacity=10GiB name=shared"
+NOW = 1_800_000_000.0
+NAME = "fluxjob-test-42"
+NO_CONTAINER = ContainerOutcome(ContainerState.NONE)
+
+
+def request(*lines: str, **timeouts: str):
+    system: dict[str, Any] = {"dw": list(lines or (JOBDW,))}
+    if timeouts:
+        system["dw_timeout"] = timeouts
+    return request_from_attributes(system, POLICY, userid=1001, owner_uid=1001)
+
+
+def job(phase: JobPhase = JobPhase.DEPEND, **kw: Any) -> JobView:
+    base: dict[str, Any] = dict(
+        jobid=42,
+        phase=phase,
+        userid=1001,
+        groupid=1001,
+        request=request(),
+        workflow_created=True,
+        proposal_recorded=True,
+    )
+    base.update(kw)
+    return JobView(**base)
+
+
+def wf(
+    desired: State = State.PROPOSAL,
+    *,
+    state: State | None = "same",  # type: ignore[assignment]
+    ready: bool = True,
+    status: Status | None = None,
+    message: str = "",
+    container: ContainerOutcome = NO_CONTAINER,
+    deleting: bool = False,
+    finalizers: tuple[str, ...] = (FINALIZER,),
+    env: dict[str, str] | None = None,
+    token: tuple[str, str] | None = None,
+    since: float | None = NOW - 1,
+) -> WorkflowView:
+    if state == "same":
+        state = desired
+    if status is None:
+        status = Status.COMPLETED if ready else Status.DRIVER_WAIT
+    return WorkflowView(
+        name=NAME,
+        namespace="default",
+        uid="uid-1",
+        resource_version="7",
+        jobid="42",
+        desired_state=desired,
+        state=state,
+        ready=ready,
+        status=status,
+        message=message,
+        drivers=(),
+        env=env or {"DW_WORKFLOW_NAME": NAME},
+        directives=(JOBDW,),
+        hurry=False,
+        desired_state_change=since,
+        ready_change=None,
+        elapsed_time_last_state="",
+        token_secret=token,
+        deleting=deleting,
+        finalizers=finalizers,
+        labels={},
+        container=container,
+    )
+
+
+def kinds(actions: list[lc.Action]) -> list[str]:
+    return [type(a).__name__ for a in actions if not isinstance(a, lc.PostEvent)]
+
+
+def of(actions: list[lc.Action], kind: type) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def recorded(state: State, deadline: float | None = None, **kw: Any) -> dict[str, Any]:
+    """JobView fields for a job on which dws-state for ``state`` was posted."""
+    return dict(posted_state=state, deadline=deadline, **kw)
+
+
+# ----------------------------------------------------------------------------- happy path
+
+
+def test_new_job_creates_its_workflow_with_the_request_directives():
+    j = job(workflow_created=False, proposal_recorded=False, request=request(JOBDW, GFS2))
+    (create,) = decide(j, None, POLICY, NOW)
+    assert create == lc.CreateWorkflow((JOBDW, GFS2), 1001, 1001)
+
+
+def test_workflow_creation_is_recorded_with_the_effective_timeouts():
+    j = job(workflow_created=False, request=request(prerun="7m"))
+    events = of(decide(j, wf(ready=False), POLICY, NOW), lc.PostEvent)
+    (created,) = [e for e in events if e.name == "dws-workflow"]
+    assert created.context["name"] == NAME
+    assert created.context["timeouts"]["prerun"] == "7m"
+    assert created.context["timeouts"]["transient"] == "30s"
+
+
+def test_each_state_entry_records_an_absolute_deadline_from_desired_state_change():
+    j = job(request=request(proposal="2m"))
+    (event,) = [e for e in of(decide(j, wf(ready=False), POLICY, NOW), lc.PostEvent)]
+    assert event.name == "dws-state"
+    assert event.context == {"state": "Proposal", "timeout": "2m", "deadline": NOW - 1 + 120}
+
+
+def test_proposal_ready_reads_proposal_then_releases_with_storage_needs():
+    j = job(**recorded(State.PROPOSAL))
+    assert kinds(decide(j, wf(), POLICY, NOW)) == ["ReadProposal"]
+    j = dataclasses.replace(j, proposal=ProposalInfo())
+    (release,) = decide(j, wf(), POLICY, NOW)
+    assert isinstance(release, lc.ReleaseDependency)
+    assert JOBSPEC_STORAGE_KEY in release.jobspec_update
+
+
+def test_proposal_not_ready_waits():
+    j = job(**recorded(State.PROPOSAL, NOW + 100))
+    actions = decide(j, wf(ready=False), POLICY, NOW)
+    assert kinds(actions) == ["WakeAt"]
+    assert of(actions, lc.WakeAt)[0].time == NOW + 100
+
+
+def test_scheduled_job_waits_with_proposal_ready_and_no_deadline():
+    j = job(JobPhase.SCHED, proposal=ProposalInfo(), **recorded(State.PROPOSAL, NOW - 5))
+    assert decide(j, wf(), POLICY, NOW) == []
+
+
+def test_allocated_job_gets_servers_then_setup():
+    j = job(
+        JobPhase.PROLOG, hosts=("n1", "n2"), proposal=ProposalInfo(), **recorded(State.PROPOSAL)
+    )
+    assert decide(j, wf(), POLICY, NOW) == [
+        lc.PatchServers(("n1", "n2")),
+        lc.SetDesiredState(State.SETUP),
+    ]
+
+
+def test_setup_done_gets_computes_then_datain_then_prerun():
+    j = job(JobPhase.PROLOG, hosts=("n1",), **recorded(State.SETUP))
+    assert decide(j, wf(State.SETUP), POLICY, NOW) == [
+        lc.PatchComputes(("n1",)),
+        lc.SetDesiredState(State.DATAIN),
+    ]
+    j = dataclasses.replace(j, posted_state=State.DATAIN)
+    assert decide(j, wf(State.DATAIN), POLICY, NOW) == [lc.SetDesiredState(State.PRERUN)]
+
+
+def test_prerun_ready_starts_the_job_with_the_workflow_environment_and_token():
+    env = {"DW_JOB_scratch": "/mnt/nnf/x-0"}
+    j = job(JobPhase.PROLOG, **recorded(State.PRERUN))
+    actions = decide(j, wf(State.PRERUN, env=env, token=("default", "tok")), POLICY, NOW)
+    assert actions == [lc.FinishProlog(True, env, ("default", "tok"))]
+
+
+def test_running_job_leaves_prerun_alone():
+    j = job(JobPhase.RUN, started=True, **recorded(State.PRERUN))
+    assert decide(j, wf(State.PRERUN), POLICY, NOW) == []
+
+
+@pytest.mark.parametrize(
+    "current,following",
+    [
+        (State.PRERUN, State.POSTRUN),
+        (State.POSTRUN, State.DATAOUT),
+        (State.DATAOUT, State.TEARDOWN),
+    ],
+)
+def test_finished_job_walks_postrun_dataout_teardown(current, following):
+    j = job(JobPhase.EPILOG, started=True, **recorded(current))
+    assert decide(j, wf(current), POLICY, NOW) == [lc.SetDesiredState(following, hurry=False)]
+
+
+def test_teardown_done_deletes_then_epilog_finishes():
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.TEARDOWN))
+    assert kinds(decide(j, wf(State.TEARDOWN), POLICY, NOW)) == ["DeleteWorkflow"]
+    assert kinds(decide(j, None, POLICY, NOW)) == ["FinishEpilog"]
+    released = wf(State.TEARDOWN, deleting=True, finalizers=("dataworkflowservices/x",))
+    assert kinds(decide(j, released, POLICY, NOW)) == ["FinishEpilog"]
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+ACTIVE_STATES = [s for s in STATE_ORDER if s is not State.TEARDOWN]
+PHASE_FOR = {
+    State.PROPOSAL: JobPhase.DEPEND,
+    State.SETUP: JobPhase.PROLOG,
+    State.DATAIN: JobPhase.PROLOG,
+    State.PRERUN: JobPhase.PROLOG,
+    State.POSTRUN: JobPhase.EPILOG,
+    State.DATAOUT: JobPhase.EPILOG,
+}
+
+
+@pytest.mark.parametrize("state", ACTIVE_STATES)
+def test_error_in_any_state_raises_the_message_and_tears_down_at_once(state):
+    phase = PHASE_FOR[state]
+    j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state))
+    message = "DW Directive 0: User error: no space left"
+    actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
+    raised = of(actions, lc.RaiseException)
+    assert [r.note for r in raised] == [f"{state.value} failed: User error: no space left"]
+    assert actions[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert (lc.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
+    assert not of(actions, lc.ReleaseDependency)
+
+
+def test_prerun_container_failure_cancels_before_start_with_the_reason():
+    outcome = ContainerOutcome(
+        ContainerState.TIMED_OUT,
+        State.PRERUN,
+        "User error: user container(s) failed to start after 300 seconds",
+    )
+    j = job(JobPhase.PROLOG, **recorded(State.PRERUN))
+    actions = decide(
+        j, wf(State.PRERUN, ready=False, status=Status.ERROR, container=outcome), POLICY, NOW
+    )
+    assert kinds(actions) == ["RaiseException", "FinishProlog", "SetDesiredState"]
+    assert "failed to start after 300 seconds" in of(actions, lc.RaiseException)[0].note
+    assert of(actions, lc.FinishProlog)[0].success is False
+    (container,) = [e for e in of(actions, lc.PostEvent) if e.name == "dws-container"]
+    assert container.context["state"] == "timed-out"
+    assert container.context["phase"] == "PreRun"
+
+
+def test_postrun_container_failure_fails_the_job_and_skips_dataout():
+    outcome = ContainerOutcome(
+        ContainerState.FAILED,
+        State.POSTRUN,
+        "User error: user container(s) failed to run successfully after 7 attempts",
+    )
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN))
+    actions = decide(
+        j, wf(State.POSTRUN, ready=False, status=Status.ERROR, container=outcome), POLICY, NOW
+    )
+    assert "after 7 attempts" in of(actions, lc.RaiseException)[0].note
+    assert of(actions, lc.SetDesiredState) == [lc.SetDesiredState(State.TEARDOWN, hurry=True)]
+
+
+def test_container_outcome_is_recorded_once():
+    outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN))
+    first = [
+        e.name
+        for e in of(decide(j, wf(State.POSTRUN, container=outcome), POLICY, NOW), lc.PostEvent)
+    ]
+    assert first == ["dws-container"]
+    j = dataclasses.replace(j, container_recorded=ContainerState.EXITED)
+    assert of(decide(j, wf(State.POSTRUN, container=outcome), POLICY, NOW), lc.PostEvent) == []
+
+
+def test_transient_condition_is_tolerated_for_the_grace_period_then_fails():
+    j = job(JobPhase.PROLOG, **recorded(State.SETUP, NOW + 3600))
+    transient = wf(State.SETUP, ready=False, status=Status.TRANSIENT, message="DW Directive 0: x")
+    first = decide(j, transient, POLICY, NOW)
+    assert [e.name for e in of(first, lc.PostEvent)] == ["dws-transient"]
+    j = dataclasses.replace(j, transient=(State.SETUP, NOW))
+    waiting = decide(j, transient, POLICY, NOW + 29)
+    assert kinds(waiting) == ["WakeAt"] and of(waiting, lc.WakeAt)[0].time == NOW + 30
+    late = decide(j, transient, POLICY, NOW + 30)
+    assert "TransientCondition for more than 30s" in of(late, lc.RaiseException)[0].note
+    assert late[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+
+
+def test_user_transient_grace_is_used():
+    j = job(
+        JobPhase.PROLOG,
+        request=request(transient="2m"),
+        transient=(State.SETUP, NOW),
+        **recorded(State.SETUP),
+    )
+    transient = wf(State.SETUP, ready=False, status=Status.TRANSIENT)
+    assert not of(decide(j, transient, POLICY, NOW + 60), lc.RaiseException)
+    assert of(decide(j, transient, POLICY, NOW + 120), lc.RaiseException)
+
+
+def test_transient_that_clears_is_recorded_as_cleared():
+    j = job(JobPhase.PROLOG, transient=(State.SETUP, NOW), **recorded(State.SETUP))
+    events = of(decide(j, wf(State.SETUP, ready=False), POLICY, NOW), lc.PostEvent)
+    assert [(e.name, e.context["since"]) for e in events] == [("dws-transient", None)]
+
+
+@pytest.mark.parametrize("state", ACTIVE_STATES)
+def test_a_state_past_its_deadline_fails_naming_state_and_timeout(state):
+    phase = PHASE_FOR[state]
+    req = request(**{state.key: "90s"})
+    j = job(phase, request=req, started=phase is JobPhase.EPILOG, **recorded(state, NOW - 1))
+    actions = decide(j, wf(state, ready=False), POLICY, NOW)
+    (raised,) = of(actions, lc.RaiseException)
+    assert raised.note.startswith(f"{state.value} did not complete within 1.5m")
+    assert actions[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+
+
+def test_deadline_does_not_apply_once_the_state_is_ready():
+    j = job(JobPhase.RUN, started=True, **recorded(State.PRERUN, NOW - 1000))
+    assert decide(j, wf(State.PRERUN), POLICY, NOW) == []
+
+
+def test_deadline_counts_from_the_patch_when_dws_has_not_caught_up():
+    j = job(JobPhase.PROLOG, **recorded(State.SETUP))
+    stale = wf(State.DATAIN, state=State.SETUP, ready=True)
+    (event,) = of(decide(j, stale, POLICY, NOW), lc.PostEvent)
+    assert event.context["deadline"] == NOW + POLICY.timeout("datain").default
+
+
+# ----------------------------------------------------------------------------- cancels
+
+
+@pytest.mark.parametrize(
+    "phase,state",
+    [
+        (JobPhase.PROLOG, State.SETUP),
+        (JobPhase.PROLOG, State.PRERUN),
+        (JobPhase.RUN, State.PRERUN),
+        (JobPhase.EPILOG, State.POSTRUN),
+        (JobPhase.EPILOG, State.DATAOUT),
+    ],
+)
+def test_one_cancel_is_enough_to_reach_teardown_with_hurry(phase, state):
+    started = phase in (JobPhase.RUN, JobPhase.EPILOG)
+    j = job(phase, started=started, exception=JobException("cancel"), **recorded(state))
+    actions = decide(j, wf(state, ready=False), POLICY, NOW)
+    assert not of(actions, lc.RaiseException)
+    assert actions[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+
+
+def test_cancel_in_depend_before_the_workflow_exists_creates_nothing():
+    j = job(workflow_created=False, exception=JobException("cancel"))
+    assert decide(j, None, POLICY, NOW) == []
+    epilog = dataclasses.replace(j, phase=JobPhase.EPILOG)
+    assert kinds(decide(epilog, None, POLICY, NOW)) == ["FinishEpilog"]
+
+
+def test_time_limit_after_start_still_runs_postrun_and_dataout():
+    j = job(
+        JobPhase.EPILOG, started=True, exception=JobException("timeout"), **recorded(State.PRERUN)
+    )
+    assert decide(j, wf(State.PRERUN), POLICY, NOW) == [lc.SetDesiredState(State.POSTRUN)]
+
+
+def test_job_that_never_started_goes_straight_to_teardown():
+    j = job(
+        JobPhase.EPILOG,
+        exception=JobException("alloc"),
+        proposal=ProposalInfo(),
+        **recorded(State.PROPOSAL),
+    )
+    assert decide(j, wf(), POLICY, NOW)[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+
+
+# ----------------------------------------------------------------------------- vanishing
+
+
+@pytest.mark.parametrize("phase", [JobPhase.DEPEND, JobPhase.SCHED, JobPhase.PROLOG, JobPhase.RUN])
+def test_workflow_deleted_behind_our_back_fails_the_job_and_releases_holds(phase):
+    j = job(phase, started=phase is JobPhase.RUN, **recorded(State.PROPOSAL))
+    actions = decide(j, None, POLICY, NOW)
+    assert "deleted outside flux-dws" in of(actions, lc.RaiseException)[0].note
+    assert (lc.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
+
+
+def test_workflow_deleted_in_epilog_before_teardown_fails_and_finishes_epilog():
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.DATAOUT))
+    assert kinds(decide(j, None, POLICY, NOW)) == ["RaiseException", "FinishEpilog"]
+
+
+def test_invalid_request_fails_the_job_once():
+    j = job(request=None, request_error="system.dw: bad", workflow_created=False)
+    (raised,) = decide(j, None, POLICY, NOW)
+    assert raised.note == "invalid DWS request: system.dw: bad"
+    failed = dataclasses.replace(j, exception=JobException(lc.EXCEPTION_TYPE))
+    assert decide(failed, None, POLICY, NOW) == []
+
+
+def test_teardown_error_gives_up_deletes_and_lets_the_job_go():
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.TEARDOWN, NOW + 100))
+    actions = decide(j, wf(State.TEARDOWN, ready=False, status=Status.ERROR), POLICY, NOW)
+    assert [e.name for e in of(actions, lc.PostEvent)] == ["dws-teardown-failed"]
+    assert kinds(actions) == ["DeleteWorkflow"]
+
+
+def test_workflow_in_a_state_the_job_phase_does_not_allow_is_torn_down():
+    j = job(JobPhase.RUN, started=True, **recorded(State.POSTRUN))
+    actions = decide(j, wf(State.POSTRUN), POLICY, NOW)
+    assert "while the job is in run" in of(actions, lc.RaiseException)[0].note
+
+
+# ----------------------------------------------------------------------------- orphans
+
+
+def test_orphan_is_torn_down_then_deleted():
+    gone = JobView(42, JobPhase.GONE, userid=-1, groupid=-1)
+    assert decide(gone, wf(State.PRERUN), POLICY, NOW) == [
+        lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    ]
+    assert decide(gone, wf(State.TEARDOWN), POLICY, NOW) == [lc.DeleteWorkflow()]
+    assert decide(gone, wf(State.TEARDOWN, deleting=True, finalizers=()), POLICY, NOW) == []
+    assert decide(gone, None, POLICY, NOW) == []
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+@dataclasses.dataclass
+class World:
+    """DWS + the job-manager, as decide() sees them; enforces DWS's admission rules."""
+
+    job: JobView
+    wf: WorkflowView | None = None
+    now: float = NOW
+    raised: int = 0
+    log: list[str] = dataclasses.field(default_factory=list)
+
+    def apply(self, action: lc.Action) -> None:
+        self.log.append(repr(action))
+        j, w = self.job, self.wf
+        if isinstance(action, lc.CreateWorkflow):
+            assert w is None and j.phase is JobPhase.DEPEND
+            self.wf = wf(State.PROPOSAL, state=None, ready=False, status=None, since=None)
+            self.wf = dataclasses.replace(self.wf, status=None)
+        elif isinstance(action, lc.SetDesiredState):
+            assert w is not None and not w.deleting
+            current = w.desired_state
+            assert is_legal_transition(current, action.state), (current, action.state)
+            if action.state not in (current, State.TEARDOWN):
+                assert w.complete, f"advanced {current} -> {action.state} before it was ready"
+            if action.hurry:
+                assert action.state is State.TEARDOWN
+            if action.state is not current:
+                self.wf = dataclasses.replace(
+                    w, desired_state=action.state, ready=False, status=Status.DRIVER_WAIT
+                )
+        elif isinstance(action, lc.ReadProposal):
+            assert w is not None and w.desired_state is State.PROPOSAL and w.complete
+            self.job = dataclasses.replace(j, proposal=ProposalInfo())
+        elif isinstance(action, lc.ReleaseDependency):
+            assert j.phase is JobPhase.DEPEND and j.exception is None
+            self.job = dataclasses.replace(j, phase=JobPhase.SCHED)
+        elif isinstance(action, (lc.PatchServers, lc.PatchComputes)):
+            assert j.phase is JobPhase.PROLOG and j.hosts
+        elif isinstance(action, lc.FinishProlog):
+            assert j.phase is JobPhase.PROLOG
+            if action.success:
+                assert w is not None and w.desired_state is State.PRERUN and w.complete
+                self.job = dataclasses.replace(j, phase=JobPhase.RUN, started=True)
+            else:
+                assert j.exception is not None, "a failed prolog without an exception"
+                self.job = dataclasses.replace(j, phase=JobPhase.EPILOG)
+        elif isinstance(action, lc.FinishEpilog):
+            assert j.phase is JobPhase.EPILOG
+            assert w is None or (w.deleting and FINALIZER not in w.finalizers)
+            self.job = dataclasses.replace(j, phase=JobPhase.GONE)
+        elif isinstance(action, lc.RaiseException):
+            assert j.exception is None or j.exception.severity != 0, "second fatal exception"
+            self.raised += 1
+            self.job = dataclasses.replace(j, exception=JobException(action.type, 0, action.note))
+            self._exception_moves_job()
+        elif isinstance(action, lc.PostEvent):
+            self._record(action)
+        elif isinstance(action, lc.DeleteWorkflow):
+            assert w is not None and w.desired_state is State.TEARDOWN
+            self.wf = None
+        else:
+            assert isinstance(action, lc.WakeAt) and action.time > self.now
+
+    def _record(self, event: lc.PostEvent) -> None:
+        ctx, j = event.context, self.job
+        if event.name == "dws-workflow":
+            self.job = dataclasses.replace(j, workflow_created=True)
+        elif event.name == "dws-proposal":
+            self.job = dataclasses.replace(j, proposal_recorded=True)
+        elif event.name == "dws-state":
+            state = State.parse(ctx["state"])
+            self.job = dataclasses.replace(j, posted_state=state, deadline=ctx["deadline"])
+        elif event.name == "dws-transient":
+            since = ctx["since"]
+            transient = None if since is None else (State.parse(ctx["state"]), since)
+            self.job = dataclasses.replace(j, transient=transient)
+        elif event.name == "dws-container":
+            self.job = dataclasses.replace(j, container_recorded=ContainerState(ctx["state"]))
+
+    def _exception_moves_job(self) -> None:
+        """What Flux does with a fatal exception: a job not yet running goes to CLEANUP."""
+        j = self.job
+        if j.phase in (JobPhase.DEPEND, JobPhase.SCHED) or j.phase is JobPhase.RUN:
+            self.job = dataclasses.replace(j, phase=JobPhase.EPILOG)
+
+    def service(self) -> None:
+        for action in decide(self.job, self.wf, POLICY, self.now):
+            self.apply(action)
+
+    # what happens around the service
+    def dws(self, outcome: str) -> None:
+        w = self.wf
+        if w is None or w.deleting:
+            return
+        if w.state is not w.desired_state:
+            self.wf = dataclasses.replace(
+                w,
+                state=w.desired_state,
+                ready=False,
+                status=Status.DRIVER_WAIT,
+                desired_state_change=self.now,
+            )
+        elif not w.ready and w.status is not Status.ERROR:
+            if outcome == "error":
+                self.wf = dataclasses.replace(
+                    w, status=Status.ERROR, message="DW Directive 0: boom"
+                )
+            elif outcome == "transient":
+                self.wf = dataclasses.replace(w, status=Status.TRANSIENT)
+            else:
+                self.wf = dataclasses.replace(w, ready=True, status=Status.COMPLETED)
+
+    def flux(self, event: str) -> None:
+        j = self.job
+        if event == "alloc" and j.phase is JobPhase.SCHED:
+            self.job = dataclasses.replace(j, phase=JobPhase.PROLOG, hosts=("n1",))
+        elif event == "finish" and j.phase is JobPhase.RUN:
+            self.job = dataclasses.replace(j, phase=JobPhase.EPILOG)
+        elif event in ("cancel", "timeout") and j.phase is not JobPhase.GONE:
+            if j.exception is None:
+                self.job = dataclasses.replace(j, exception=JobException(event))
+                if j.phase is not JobPhase.PROLOG:
+                    self._exception_moves_job()
+        elif event == "vanish" and self.wf is not None:
+            self.wf = None
+        elif event == "time":
+            self.now += 700
+
+
+EVENTS = st.sampled_from(
+    [
+        "service",
+        "service",
+        "service",
+        "dws-ok",
+        "dws-ok",
+        "dws-error",
+        "dws-transient",
+        "alloc",
+        "finish",
+        "cancel",
+        "timeout",
+        "vanish",
+        "time",
+    ]
+)
+
+
+def step(world: World, event: str) -> None:
+    if event == "service":
+        world.service()
+    elif event.startswith("dws-"):
+        world.dws(event[4:])
+    else:
+        world.flux(event)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(EVENTS, max_size=60), st.sampled_from([(JOBDW,), (GFS2, CONTAINER)]))
+def test_any_observation_sequence_stays_legal_and_drains(events, lines):
+    world = World(job(workflow_created=False, proposal_recorded=False, request=request(*lines)))
+    for event in events:
+        step(world, event)
+    # Drain: DWS completes whatever it can, the job finishes, time passes; nothing may hang.
+    for _ in range(200):
+        if world.job.phase is JobPhase.GONE and world.wf is None:
+            break
+        world.service()
+        world.dws("ok")
+        world.flux("alloc")
+        world.flux("finish")
+        world.flux("time")
+    assert world.job.phase is JobPhase.GONE, world.log[-10:]
+    assert world.wf is None, world.log[-10:]
+    assert world.raised <= 1
