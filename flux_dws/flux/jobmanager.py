@@ -1,0 +1,71 @@
+"""The service's side of doc/protocol.rst: requests to the dws jobtap plugin.
+
+Every request is built here and nowhere else, for the real Flux transport and for fakeflux
+alike.  Errors that mean "already done" (a repeated release, a prolog already finished) come
+back as RpcError with EINVAL; callers treat them as success.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
+
+log = logging.getLogger(__name__)
+
+RecordsCallback = Callable[[list[dict[str, Any]], bool], None]
+
+#: Errors that say a request already took effect (or can no longer): not worth a retry.
+SETTLED_ERRNOS = frozenset({errno.EINVAL, errno.ENOENT})
+
+
+class JobManager:
+    """Requests to ``job-manager.dws.*``; each callback runs on the service's loop."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.sent: dict[str, int] = {}
+
+    def _rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
+        self.sent[method] = self.sent.get(method, 0) + 1
+        self.transport.rpc(method, payload, on_done)
+
+    def watch(
+        self, on_records: RecordsCallback, on_lost: Callable[[RpcError], None]
+    ) -> Callable[[], None]:
+        """Stream job records: the snapshot first, then every change (see the protocol)."""
+
+        def on_response(response: Payload | None, error: RpcError | None) -> None:
+            if error is not None:
+                on_lost(error)
+            elif response is not None:
+                on_records(list(response.get("jobs", [])), bool(response.get("snapshot")))
+
+        self.sent["watch"] = self.sent.get("watch", 0) + 1
+        return self.transport.stream("watch", {"service": True}, on_response)
+
+    def release(self, jobid: int, update: Mapping[str, Any], on_done: Callback) -> None:
+        self._rpc("release", {"id": jobid, "update": dict(update)}, on_done)
+
+    def prolog_finish(
+        self, jobid: int, success: bool, env: Mapping[str, str], on_done: Callback
+    ) -> None:
+        payload: Payload = {"id": jobid, "success": success}
+        if success:
+            payload["env"] = dict(env)
+        self._rpc("prolog-finish", payload, on_done)
+
+    def epilog_finish(self, jobid: int, on_done: Callback) -> None:
+        self._rpc("epilog-finish", {"id": jobid}, on_done)
+
+    def raise_exception(
+        self, jobid: int, type_: str, severity: int, note: str, on_done: Callback
+    ) -> None:
+        payload = {"id": jobid, "type": type_, "severity": severity, "note": note}
+        self._rpc("raise", payload, on_done)
+
+    def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
+        self._rpc("post", {"id": jobid, "name": name, "context": dict(context)}, on_done)

@@ -1,0 +1,99 @@
+"""The plugin's job records (doc/protocol.rst) -> JobView, as a pure function.
+
+Everything flux-dws recorded on a job comes back in the record's ``dws`` table (the latest
+context of each dws-* event), so a restarted service sees the same JobView as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from flux_dws.errors import RequestError
+from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo
+from flux_dws.policy import Policy
+from flux_dws.request import request_from_attributes
+from flux_dws.states import State
+from flux_dws.workflow import ContainerState
+
+
+def job_view(
+    record: Mapping[str, Any],
+    policy: Policy,
+    *,
+    owner_uid: int,
+    groupid: int,
+    proposal: ProposalInfo | None = None,
+) -> JobView:
+    """Build the lifecycle core's view of one job from its record."""
+    userid = int(record["userid"])
+    request, request_error = None, ""
+    try:
+        request = request_from_attributes(
+            record.get("attributes") or {}, policy, userid=userid, owner_uid=owner_uid
+        )
+        if request is None:
+            request_error = "the job has no system.dw attribute"
+    except RequestError as exc:
+        request_error = str(exc)
+    dws = record.get("dws") or {}
+    state_event = dws.get("dws-state") or {}
+    posted_state = _state(state_event.get("state"))
+    return JobView(
+        jobid=int(record["id"]),
+        phase=JobPhase(record["phase"]),
+        userid=userid,
+        groupid=groupid,
+        request=request,
+        request_error=request_error,
+        hosts=tuple(record.get("hosts") or ()),
+        started=bool(record.get("started")),
+        exception=_exception(record.get("exception")),
+        workflow_created="dws-workflow" in dws,
+        proposal_recorded="dws-proposal" in dws,
+        posted_state=posted_state,
+        deadline=_number(state_event.get("deadline")) if posted_state else None,
+        transient=_transient(dws.get("dws-transient")),
+        container_recorded=_container(dws.get("dws-container")),
+        proposal=proposal,
+    )
+
+
+def _state(value: Any) -> State | None:
+    try:
+        return State.parse(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _exception(value: Any) -> JobException | None:
+    if not isinstance(value, Mapping):
+        return None
+    return JobException(
+        type=str(value.get("type", "")),
+        severity=int(value.get("severity", 0)),
+        note=str(value.get("note", "")),
+    )
+
+
+def _transient(value: Any) -> tuple[State, float] | None:
+    if not isinstance(value, Mapping):
+        return None
+    state, since = _state(value.get("state")), _number(value.get("since"))
+    return (state, since) if state is not None and since is not None else None
+
+
+def _container(value: Any) -> ContainerState | None:
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return ContainerState(value.get("state"))
+    except ValueError:
+        return None

@@ -1,0 +1,585 @@
+"""KubeClient: every Kubernetes request flux-dws makes, each bounded in time and retries.
+
+Synchronous and thread-safe: the service runs these calls on a KubeWorker thread, never on its
+event loop.  urllib3's own retries are turned off so that every attempt is ours to count
+(``counts``), log and bound: a request timeout per attempt, then jittered exponential backoff
+for retryable failures (connection trouble, 429, 5xx), at most ``retries`` times.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, TypeVar
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from flux_dws.identity import check_identity, instance_selector, workflow_name
+from flux_dws.k8s.backoff import backoff_delay, retry_after
+from flux_dws.k8s.errors import (
+    KubeError,
+    KubeSetupError,
+    WorkflowRejected,
+    describe_status,
+    is_retryable_status,
+    status_body_message,
+    webhook_message,
+)
+from flux_dws.k8s.resources import (
+    BREAKDOWNS,
+    COMPUTES,
+    CONTAINER_PROFILES,
+    DWS_GROUP,
+    NNF_GROUP,
+    SERVERS,
+    SYSTEM_CONFIGURATION,
+    SYSTEM_CONFIGURATIONS,
+    WORKFLOWS,
+    ApiVersions,
+    ServedGroup,
+    choose_versions,
+    computes_patch,
+    container_profile_name,
+    decode_token,
+    desired_state_patch,
+    finalizer_removal_patch,
+    is_ours,
+    servers_patch,
+    version_of,
+    workflow_body,
+)
+from flux_dws.states import State
+
+log = logging.getLogger("flux_dws.k8s")
+
+T = TypeVar("T")
+
+#: Failures below HTTP: refused or reset connections, timeouts, truncated bodies.
+TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+#: How often a finalizer removal re-reads and retries after a conflict (409).
+CONFLICT_RETRIES = 10
+
+
+def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
+    """Credentials from the policy's kubeconfig, else in-cluster, else the default kubeconfig."""
+    cfg = k8s.Configuration()
+    if kubeconfig:
+        source = f"kubeconfig {kubeconfig}"
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        source = "the in-cluster service account"
+    else:
+        source = "the default kubeconfig"
+    try:
+        if kubeconfig:
+            k8s_config.load_kube_config(
+                config_file=kubeconfig, client_configuration=cfg, persist_config=False
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        else:
+            k8s_config.load_kube_config(client_configuration=cfg, persist_config=False)
+    except Exception as exc:  # the loaders raise many types; all mean "no usable credentials"
+        raise KubeSetupError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
+    cfg.retries = False  # we retry ourselves, so that every attempt is counted and logged
+    cfg.connection_pool_maxsize = 32
+    return cfg
+
+
+class KubeClient:
+    """The DWS and NNF requests of one Flux instance, in one namespace."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        namespace: str,
+        identity: str,
+        versions: ApiVersions,
+        timeout: float = 10.0,
+        retries: int = 5,
+        backoff_base: float = 0.1,
+        backoff_max: float = 5.0,
+    ) -> None:
+        self.namespace = namespace
+        self.identity = check_identity(identity)
+        self.versions = versions
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.host = api_client.configuration.host
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._api = api_client
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._core = k8s.CoreV1Api(api_client)
+
+    @classmethod
+    def connect(
+        cls,
+        *,
+        namespace: str,
+        identity: str,
+        kubeconfig: str | None = None,
+        workflow_version: str | None = None,
+        nnf_version: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 5,
+    ) -> KubeClient:
+        """Connect, discover the served versions and check we may list workflows.
+
+        Every failure is one KubeSetupError line (ValueError for an invalid identity);
+        nothing here leaks a traceback.
+        """
+        check_identity(identity)
+        api = k8s.ApiClient(load_configuration(kubeconfig))
+        placeholder = ApiVersions(workflow=workflow_version or "", nnf=nnf_version)
+        kube = cls(
+            api,
+            namespace=namespace,
+            identity=identity,
+            versions=placeholder,
+            timeout=timeout,
+            retries=retries,
+        )
+        try:
+            kube.versions = choose_versions(
+                kube.served_groups(),
+                workflow_override=workflow_version,
+                nnf_override=nnf_version,
+            )
+            kube.check_access()
+        except KubeSetupError:
+            kube.close()
+            raise
+        except KubeError as exc:
+            kube.close()
+            raise KubeSetupError(f"Kubernetes API at {kube.host}: {exc}") from exc
+        log.info(
+            "connected to %s: Workflow %s/%s, NNF %s, namespace %s, instance %s",
+            kube.host,
+            DWS_GROUP,
+            kube.versions.workflow,
+            kube.versions.nnf or "not served",
+            namespace,
+            identity,
+        )
+        return kube
+
+    def close(self) -> None:
+        self._api.close()
+
+    def request_counts(self) -> dict[str, int]:
+        """A snapshot of ``counts`` (requests sent, by verb), safe to read from any thread."""
+        with self._lock:
+            return dict(self.counts)
+
+    # -- discovery -----------------------------------------------------------------------
+
+    def served_groups(self) -> dict[str, ServedGroup]:
+        """API group -> served versions, from the API server's discovery document."""
+
+        def fetch() -> Any:
+            resp = k8s.ApisApi(self._api).get_api_versions(
+                _preload_content=False, _request_timeout=self.timeout
+            )
+            return json.loads(resp.data)
+
+        doc = self._call("get", "discovery", "/apis", fetch, timeout_arg=False)
+        groups: dict[str, ServedGroup] = {}
+        for group in doc.get("groups") or []:
+            versions = tuple(v.get("version", "") for v in group.get("versions") or [])
+            preferred = (group.get("preferredVersion") or {}).get("version")
+            groups[group.get("name", "")] = ServedGroup(versions=versions, preferred=preferred)
+        return groups
+
+    def check_access(self) -> None:
+        """List one workflow: proves the version is served and we may read the namespace."""
+        try:
+            self._call(
+                "list",
+                "workflows in namespace",
+                self.namespace,
+                self._custom.list_namespaced_custom_object,
+                DWS_GROUP,
+                self.versions.workflow,
+                self.namespace,
+                WORKFLOWS,
+                label_selector=instance_selector(self.identity),
+                limit=1,
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                raise KubeSetupError(
+                    f"{DWS_GROUP}/{self.versions.workflow} workflows are not served in"
+                    f" namespace {self.namespace}: check workflow_version and the namespace"
+                ) from exc
+            raise
+
+    # -- workflows -----------------------------------------------------------------------
+
+    def _workflow(self, name: str) -> str:
+        return f"{self.namespace}/{name}"
+
+    def create_workflow(
+        self, *, jobid: int, userid: int, groupid: int, directives: Sequence[str]
+    ) -> dict:
+        """Create the job's workflow in Proposal; if it already exists and is ours, return it.
+
+        A 403 from the DWS admission webhook raises WorkflowRejected (a user error).
+        """
+        body = workflow_body(
+            identity=self.identity,
+            namespace=self.namespace,
+            version=self.versions.workflow,
+            jobid=jobid,
+            userid=userid,
+            groupid=groupid,
+            directives=directives,
+        )
+        name = body["metadata"]["name"]
+        try:
+            return self._call(
+                "create",
+                "workflow",
+                self._workflow(name),
+                self._custom.create_namespaced_custom_object,
+                DWS_GROUP,
+                self.versions.workflow,
+                self.namespace,
+                WORKFLOWS,
+                body,
+            )
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        existing = self.get_workflow(name)
+        if existing is not None and is_ours(existing, self.identity, jobid):
+            log.info("workflow %s for job %d already exists; adopting it", name, jobid)
+            return existing
+        raise KubeError(
+            "create",
+            "workflow",
+            self._workflow(name),
+            "already exists and is not this instance's (ownership labels differ)"
+            if existing is not None
+            else "conflicted with an object that has since disappeared",
+            status=409,
+        )
+
+    def get_workflow(self, name: str) -> dict | None:
+        """The workflow, or None if there is none."""
+        return self._get(
+            "workflow",
+            self._workflow(name),
+            DWS_GROUP,
+            self.versions.workflow,
+            self.namespace,
+            WORKFLOWS,
+            name,
+        )
+
+    def list_workflows(self) -> tuple[list[dict], str]:
+        """This instance's workflows (by label) and the list's resourceVersion."""
+        result = self._call(
+            "list",
+            "workflows in namespace",
+            self.namespace,
+            self._custom.list_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            self.namespace,
+            WORKFLOWS,
+            label_selector=instance_selector(self.identity),
+        )
+        return list(result.get("items") or []), version_of(result)
+
+    def set_desired_state(self, name: str, state: State, *, hurry: bool = False) -> dict:
+        """Merge-patch spec.desiredState (with hurry, only for Teardown)."""
+        return self._patch(
+            "workflow", self.namespace, name, WORKFLOWS, desired_state_patch(state, hurry)
+        )
+
+    def patch_computes(self, name: str, hosts: Sequence[str]) -> dict:
+        """Write the job's compute nodes into the Computes resource named like the workflow."""
+        return self._patch("computes", self.namespace, name, COMPUTES, computes_patch(hosts))
+
+    def read_breakdowns(self, workflow: Mapping) -> list[dict]:
+        """The DirectiveBreakdowns listed in ``status.directiveBreakdowns``, in that order."""
+        default_ns = (workflow.get("metadata") or {}).get("namespace") or self.namespace
+        breakdowns = []
+        for ref in (workflow.get("status") or {}).get("directiveBreakdowns") or []:
+            namespace = ref.get("namespace") or default_ns
+            obj = self._get(
+                "directivebreakdown",
+                f"{namespace}/{ref.get('name')}",
+                DWS_GROUP,
+                self.versions.workflow,
+                namespace,
+                BREAKDOWNS,
+                ref.get("name", ""),
+            )
+            if obj is None:
+                raise KubeError(
+                    "get",
+                    "directivebreakdown",
+                    f"{namespace}/{ref.get('name')}",
+                    "listed by the workflow but not found",
+                    status=404,
+                )
+            breakdowns.append(obj)
+        return breakdowns
+
+    def patch_servers(self, name: str, namespace: str, allocation_sets: list[dict]) -> dict:
+        """Write spec.allocationSets of a Servers resource (named by a DirectiveBreakdown)."""
+        return self._patch("servers", namespace, name, SERVERS, servers_patch(allocation_sets))
+
+    def read_system_configuration(self) -> dict | None:
+        """DWS's SystemConfiguration (which rabbit serves which compute node), or None."""
+        namespace, name = SYSTEM_CONFIGURATION
+        return self._get(
+            "systemconfiguration",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_CONFIGURATIONS,
+            name,
+        )
+
+    def read_container_profile(self, workflow: Mapping) -> dict | None:
+        """The container profile nnf-sos pinned for this workflow, or None.
+
+        None when the workflow has no container directive, NNF is not served, or the pinned
+        copy does not exist (yet).
+        """
+        name = container_profile_name(workflow)
+        if name is None or not self.versions.nnf:
+            return None
+        namespace = (workflow.get("metadata") or {}).get("namespace") or self.namespace
+        return self._get(
+            "nnfcontainerprofile",
+            f"{namespace}/{name}",
+            NNF_GROUP,
+            self.versions.nnf,
+            namespace,
+            CONTAINER_PROFILES,
+            name,
+        )
+
+    def read_token(self, namespace: str, name: str) -> str | None:
+        """The workflow token (Secret ``data.token``, decoded), or None if there is none."""
+
+        def fetch() -> Any:
+            resp = self._core.read_namespaced_secret(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+            return json.loads(resp.data)
+
+        try:
+            secret = self._call("get", "secret", f"{namespace}/{name}", fetch, timeout_arg=False)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return decode_token(secret.get("data"))
+
+    def delete_workflow(self, name: str) -> None:
+        """Remove our finalizer, then delete the workflow.  Already gone is success.
+
+        The finalizer patch carries the resourceVersion it was computed from; on a conflict
+        the workflow is re-read and the patch recomputed, a bounded number of times.
+        """
+        target = self._workflow(name)
+        for _ in range(CONFLICT_RETRIES):
+            current = self.get_workflow(name)
+            if current is None:
+                return
+            patch = finalizer_removal_patch(current)
+            if patch is None:
+                break
+            try:
+                self._patch(
+                    "workflow", self.namespace, name, WORKFLOWS, patch, retry_conflict=False
+                )
+                break
+            except KubeError as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    raise
+                log.info("workflow %s changed while removing our finalizer; re-reading", target)
+        else:
+            raise KubeError(
+                "patch",
+                "workflow",
+                target,
+                f"finalizer removal still conflicted after {CONFLICT_RETRIES} re-reads",
+                status=409,
+            )
+        try:
+            self._call(
+                "delete",
+                "workflow",
+                target,
+                self._custom.delete_namespaced_custom_object,
+                DWS_GROUP,
+                self.versions.workflow,
+                self.namespace,
+                WORKFLOWS,
+                name,
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        log.info("deleted workflow %s", target)
+
+    def open_workflow_watch(
+        self, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> urllib3.HTTPResponse:
+        """Start one watch on our workflows after ``resource_version``; the raw response.
+
+        No retry here: the watch loop owns reconnecting.  The server ends the stream after
+        ``timeout_seconds``; ``read_timeout`` (longer) notices a connection that died silently.
+        """
+        self._count("watch")
+        try:
+            return self._custom.list_namespaced_custom_object(
+                DWS_GROUP,
+                self.versions.workflow,
+                self.namespace,
+                WORKFLOWS,
+                label_selector=instance_selector(self.identity),
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                _request_timeout=(self.timeout, read_timeout),
+            )
+        except ApiException as exc:
+            raise self._api_error("watch", "workflows in namespace", self.namespace, exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _transport_error("watch", "workflows in namespace", self.namespace, exc) from exc
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def workflow_name(self, jobid: int) -> str:
+        return workflow_name(self.identity, jobid)
+
+    def _count(self, verb: str) -> None:
+        with self._lock:
+            self.counts[verb] += 1
+
+    def _get(self, resource: str, target: str, *args: Any) -> dict | None:
+        try:
+            return self._call(
+                "get", resource, target, self._custom.get_namespaced_custom_object, *args
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _patch(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        plural: str,
+        body: dict,
+        *,
+        retry_conflict: bool = True,
+    ) -> dict:
+        return self._call(
+            "patch",
+            resource,
+            f"{namespace}/{name}",
+            self._custom.patch_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            plural,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+            retry_conflict=retry_conflict,
+        )
+
+    def _call(
+        self,
+        verb: str,
+        resource: str,
+        target: str,
+        fn: Callable[..., T],
+        *args: Any,
+        retry_conflict: bool = False,
+        timeout_arg: bool = True,
+        **kwargs: Any,
+    ) -> T:
+        """One request with a timeout per attempt and bounded, jittered retries.
+
+        ``retry_conflict``: a 409 on an unconditional patch only means the server lost a race
+        with another writer; sending the same patch again is correct.
+        """
+        if timeout_arg:
+            kwargs["_request_timeout"] = self.timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            self._count(verb)
+            hint: float | None = None
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as exc:
+                error = self._api_error(verb, resource, target, exc)
+                retryable = is_retryable_status(exc.status) or (
+                    retry_conflict and exc.status == 409
+                )
+                if exc.status == 429 and exc.headers:
+                    hint = retry_after(exc.headers.get("Retry-After"), self.backoff_max)
+                cause: BaseException = exc
+            except TRANSPORT_ERRORS as exc:
+                error = _transport_error(verb, resource, target, exc)
+                retryable = True
+                cause = exc
+            if not retryable:
+                raise error from cause
+            if attempt > self.retries:
+                log.warning("%s; giving up after %d attempts", error, attempt)
+                raise error from cause
+            delay = max(hint or 0.0, self._backoff(attempt))  # Retry-After is a minimum
+            log.info("%s; retry %d of %d in %.2fs", error, attempt, self.retries, delay)
+            time.sleep(delay)
+
+    def _backoff(self, attempt: int) -> float:
+        return backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_max)
+
+    def _api_error(self, verb: str, resource: str, target: str, exc: ApiException) -> KubeError:
+        message = status_body_message(exc.body)
+        if exc.status == 403 and resource == "workflow" and verb in ("create", "patch"):
+            reason = webhook_message(message)
+            if reason:
+                return WorkflowRejected(verb, resource, target, reason)
+        return KubeError(
+            verb,
+            resource,
+            target,
+            describe_status(exc.status, exc.reason, message),
+            status=exc.status,
+        )
+
+
+def _transport_error(verb: str, resource: str, target: str, exc: BaseException) -> KubeError:
+    return KubeError(verb, resource, target, f"API server unreachable: {type(exc).__name__}: {exc}")

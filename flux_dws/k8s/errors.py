@@ -1,0 +1,95 @@
+"""Kubernetes errors as one-line messages, and the pure rules that classify a failed request.
+
+Every failure the adapter reports names the verb, the resource, the object and what happened,
+so an admin reading a log at 3 a.m. knows where to look.  Whether a failure is worth retrying
+is decided here, once, from the HTTP status or the transport error alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+#: HTTP statuses worth another attempt: throttling and server-side trouble.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+#: An RBAC denial ("... is forbidden: User "x" cannot patch resource ...") is an admin problem;
+#: any other 403 on a workflow comes from the DWS admission webhook and is the user's.
+_RBAC_DENIAL = re.compile(r"is forbidden: User \"")
+_WEBHOOK_PREFIX = re.compile(r"^admission webhook \"[^\"]*\" denied the request:\s*")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class KubeError(Exception):
+    """A Kubernetes request failed; ``str()`` is one line: verb, resource, name, what happened."""
+
+    def __init__(
+        self,
+        verb: str,
+        resource: str,
+        name: str,
+        what: str,
+        *,
+        status: int | None = None,
+    ) -> None:
+        self.verb = verb
+        self.resource = resource
+        self.name = name
+        self.what = _one_line(what)
+        self.status = status
+        target = f"{resource} {name}".strip()
+        super().__init__(f"{verb} {target}: {self.what}" if target else f"{verb}: {self.what}")
+
+
+class WorkflowRejected(KubeError):
+    """The DWS admission webhook refused a workflow (HTTP 403).
+
+    ``message`` is the webhook's own reason, meant for the job's user.
+    """
+
+    def __init__(self, verb: str, resource: str, name: str, message: str) -> None:
+        self.message = _one_line(message)
+        super().__init__(verb, resource, name, f"rejected by DWS: {self.message}", status=403)
+
+
+class KubeSetupError(KubeError):
+    """The service cannot start: no API server, no credentials, or no DWS served."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("connect", "", "", what)
+
+
+def status_body_message(body: str | None) -> str:
+    """The ``message`` of a Kubernetes Status body, else the start of the body."""
+    if not body:
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return _one_line(body[:200])
+    if isinstance(parsed, dict):
+        return _one_line(parsed.get("message") or "")
+    return ""
+
+
+def describe_status(status: int | None, reason: str | None, message: str) -> str:
+    """ "HTTP 503 Service Unavailable: <server message>", one line."""
+    head = f"HTTP {status}" if status else "request failed"
+    if reason and reason not in message:
+        head = f"{head} {reason}"
+    return _one_line(f"{head}: {message}" if message else head)
+
+
+def webhook_message(message: str) -> str | None:
+    """The admission webhook's reason inside a 403 message, or None for an RBAC denial."""
+    if _RBAC_DENIAL.search(message):
+        return None
+    return _WEBHOOK_PREFIX.sub("", _one_line(message))
+
+
+def is_retryable_status(status: int | None) -> bool:
+    """Throttling (429) and 5xx; never 4xx input problems."""
+    return status in RETRYABLE_STATUSES

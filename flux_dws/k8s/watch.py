@@ -1,0 +1,312 @@
+"""WorkflowWatch: one long-lived watch on this instance's workflows, delivered once each.
+
+The existing Flux integration polls every 5 s and replays everything from version 0 after a
+410; this watch reacts within milliseconds of a change and, after a 410, re-lists once and
+tells the service only what changed meanwhile.  It runs in its own thread:
+
+    list -> watch(resourceVersion, bookmarks) -> ... stream ends or breaks -> watch again
+                     \\-- 410 Gone --> list once, diff against what was delivered -> watch
+
+Reconnects back off with bounded jitter; a silent dead connection is noticed because the
+client's read timeout is longer than the server's ``timeoutSeconds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from flux_dws.k8s.backoff import backoff_delay
+from flux_dws.k8s.client import TRANSPORT_ERRORS, KubeClient
+from flux_dws.k8s.errors import KubeError, describe_status
+from flux_dws.k8s.resources import name_of, version_of
+
+log = logging.getLogger("flux_dws.k8s.watch")
+
+#: What the watch hands to the service: ('ADDED'|'MODIFIED'|'DELETED', workflow object).
+Delivery = tuple[str, dict]
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+#: A stream that ends cleanly this fast without a single event counts as a failure, so a
+#: misbehaving server cannot make the watch spin.
+MIN_HEALTHY_STREAM = 1.0
+
+
+def _uid(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _number(rv: str) -> int | None:
+    return int(rv) if rv.isdigit() else None
+
+
+class Delivered:
+    """What the service has been told, by workflow name; decides what to tell it next.
+
+    Pure bookkeeping (no I/O), so that replays, reconnects and re-lists can never make the
+    service see one change twice, see an older state after a newer one, or miss a deletion.
+    Deduplication is by resourceVersion: an event at or below the highest version already
+    handled is a replay.  (Kubernetes versions are etcd revisions, increasing integers; should
+    a server use opaque ones, only exact repeats of an object's version are dropped.)
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict] = {}
+        self._high: int | None = None
+
+    def watch_event(self, kind: str, obj: dict) -> list[Delivery]:
+        """Deliveries for one watch event: none if it replays a version already handled."""
+        rv = _number(version_of(obj))
+        if rv is not None:
+            if self._high is not None and rv <= self._high:
+                return []
+            self._high = rv
+        name = name_of(obj)
+        known = self.objects.get(name)
+        if kind == DELETED:
+            if known is None:
+                return []
+            del self.objects[name]
+            return [(DELETED, obj)]
+        if kind not in (ADDED, MODIFIED) or not name:
+            return []
+        return self._upsert(name, known, obj)
+
+    def relist(self, items: list[dict], resource_version: str) -> list[Delivery]:
+        """Deliveries that bring the service from what it saw to ``items``, a list taken at
+        ``resource_version``: what changed, appeared or disappeared meanwhile."""
+        fresh = {name_of(obj): obj for obj in items if name_of(obj)}
+        out: list[Delivery] = []
+        for name in [n for n in self.objects if n not in fresh]:
+            out.append((DELETED, self.objects.pop(name)))
+        for name, obj in fresh.items():
+            out.extend(self._upsert(name, self.objects.get(name), obj))
+        self._high = _number(resource_version)
+        return out
+
+    def _upsert(self, name: str, known: dict | None, obj: dict) -> list[Delivery]:
+        if known is not None and version_of(known) == version_of(obj):
+            return []
+        self.objects[name] = obj
+        if known is None:
+            return [(ADDED, obj)]
+        if _uid(known) and _uid(obj) and _uid(known) != _uid(obj):
+            return [(DELETED, known), (ADDED, obj)]  # deleted and re-created while we looked away
+        return [(MODIFIED, obj)]
+
+
+def stream_lines(resp: Any) -> Iterator[bytes]:
+    """Non-empty lines of a streaming response, each as soon as its newline arrives."""
+    buffer = b""
+    while True:
+        chunk = resp.read1(65536)
+        if not chunk:
+            if buffer.strip():
+                yield buffer
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+
+
+class WorkflowWatch:
+    """Deliver every change to this instance's workflows, once, from a background thread.
+
+    ``on_event(kind, obj)`` and ``on_health(connected, since)`` run in the watch thread: they
+    must be quick and hand the work to the service's loop.  ``since`` is the wall-clock time
+    (time.time()) at which the API became reachable or unreachable.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        on_event: Callable[[str, dict], None],
+        *,
+        on_health: Callable[[bool, float], None] | None = None,
+        backoff_max: float = 30.0,
+        backoff_base: float = 0.5,
+        watch_timeout: int = 300,
+        read_margin: float = 30.0,
+    ) -> None:
+        self._client = client
+        self._on_event = on_event
+        self._on_health = on_health
+        self._backoff_max = backoff_max
+        self._backoff_base = backoff_base
+        self._watch_timeout = watch_timeout
+        self._read_margin = read_margin
+        self._delivered = Delivered()
+        self._rv: str | None = None
+        self._connected: bool | None = None
+        self._failures = 0  # consecutive failed attempts since the last connection; backoff
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def resource_version(self) -> str | None:
+        """The version the next watch resumes from (None: the next step is a list)."""
+        return self._rv
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("WorkflowWatch already started")
+        self._thread = threading.Thread(target=self._run, name="workflow-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread: wakes a backoff sleep and shuts down an open stream."""
+        self._stopping.set()
+        with self._lock:
+            resp = self._resp
+        if resp is not None:
+            # Unblocks a read in progress in the watch thread.  Fails if already closed, or on
+            # an urllib3 without shutdown(): then the read ends at its timeout.
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        gone = 0  # consecutive 410s with nothing in between: never re-list in a tight loop
+        while not self._stopping.is_set():
+            try:
+                if self._rv is None:
+                    self._relist()
+                outcome = self._watch_once()
+            except Exception as exc:
+                if self._stopping.is_set():
+                    return  # stop() broke the stream on purpose
+                self._failures += 1
+                outcome = self._failure(exc, self._failures)
+                if outcome != "gone":
+                    continue
+            if outcome == "gone":
+                gone += 1
+                log.info("workflow watch: resourceVersion %s expired (410); re-listing", self._rv)
+                self._rv = None
+                if gone > 1:
+                    self._sleep(self._backoff(gone - 1))
+            else:
+                gone = 0
+                if outcome == "idle":
+                    self._sleep(self._backoff(1))
+
+    def _failure(self, exc: Exception, failures: int) -> str:
+        """Log and back off after a failed list or watch; 'gone' for a 410, else 'failed'."""
+        if isinstance(exc, KubeError):
+            if exc.status == 410:
+                return "gone"
+            self._failed(str(exc), failures)
+        elif isinstance(exc, TRANSPORT_ERRORS):  # broke after connecting: the API is not "down"
+            self._failed(f"stream broke: {type(exc).__name__}: {exc}", failures, down=False)
+        else:
+            log.exception("workflow watch: unexpected error; retrying")
+            self._sleep(self._backoff(failures))
+        return "failed"
+
+    def _relist(self) -> None:
+        items, rv = self._client.list_workflows()
+        self._health(True)
+        deliveries = self._delivered.relist(items, rv)
+        log.info(
+            "workflow watch: listed %d workflows at resourceVersion %s (%d changes)",
+            len(items),
+            rv,
+            len(deliveries),
+        )
+        for kind, obj in deliveries:
+            self._deliver(kind, obj)
+        self._rv = rv
+
+    def _watch_once(self) -> str:
+        """One watch request; 'closed' (ended normally), 'idle' (ended at once), or 'gone'."""
+        timeout = int(self._watch_timeout * (1 + random.random()))
+        resp = self._client.open_workflow_watch(
+            self._rv or "", timeout, timeout + self._read_margin
+        )
+        self._health(True)
+        started = time.monotonic()
+        received = 0
+        with self._lock:
+            self._resp = resp
+        try:
+            if self._stopping.is_set():  # stop() ran before it could see this stream
+                return "closed"
+            for line in stream_lines(resp):
+                if self._stopping.is_set():
+                    return "closed"
+                received += 1
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    code = obj.get("code")
+                    if code == 410:
+                        return "gone"
+                    raise KubeError(
+                        "watch",
+                        "workflows in namespace",
+                        self._client.namespace,
+                        describe_status(code, obj.get("reason"), str(obj.get("message") or "")),
+                        status=code,
+                    )
+                rv = version_of(obj)
+                if kind != "BOOKMARK":
+                    for delivery in self._delivered.watch_event(kind, obj):
+                        self._deliver(*delivery)
+                if rv:
+                    self._rv = rv
+        finally:
+            with self._lock:
+                self._resp = None
+            resp.close()
+        if not received and time.monotonic() - started < MIN_HEALTHY_STREAM:
+            return "idle"
+        return "closed"
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _deliver(self, kind: str, obj: dict) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            self._on_event(kind, obj)
+        except Exception:
+            log.exception("workflow watch: on_event failed for %s %s", kind, name_of(obj))
+
+    def _failed(self, what: str, failures: int, *, down: bool = True) -> None:
+        delay = self._backoff(failures)
+        if down:
+            self._health(False)
+        log.warning("workflow watch: %s; reconnecting in %.1fs", what, delay)
+        self._sleep(delay)
+
+    def _health(self, connected: bool) -> None:
+        if connected:
+            self._failures = 0
+        if self._connected is connected:
+            return
+        self._connected = connected
+        if self._on_health is not None and not self._stopping.is_set():
+            try:
+                self._on_health(connected, time.time())
+            except Exception:
+                log.exception("workflow watch: on_health failed")
+
+    def _backoff(self, attempt: int) -> float:
+        return backoff_delay(attempt, base=self._backoff_base, cap=self._backoff_max)
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(seconds)

@@ -1,0 +1,587 @@
+"""The flux-dws service: job records + workflow events + timers -> decide() -> actions.
+
+One process per Flux instance.  Everything runs on one loop thread; Kubernetes calls run on a
+worker pool and the workflow watch on its own thread, and both hand their results back to the
+loop, so a slow API call never holds up another job.  Each job's actions run one after
+another (a job never has two chains in flight); jobs proceed independently.
+
+The service remembers nothing that matters: records come from the jobtap plugin (with every
+dws-* event flux-dws posted on the job), workflows from Kubernetes.  What it keeps in memory
+is a cache of those, plus what it read from Proposal, which it reads again after a restart.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import pwd
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from flux_dws import lifecycle as lc
+from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
+from flux_dws.flux.records import job_view
+from flux_dws.flux.transport import RpcError
+from flux_dws.identity import JOBID_LABEL
+from flux_dws.k8s import KubeClient, KubeError, KubeWorker, WorkflowRejected, WorkflowWatch
+from flux_dws.k8s.resources import container_timeouts
+from flux_dws.lifecycle import JobPhase, ProposalInfo
+from flux_dws.loop import Loop, Timer
+from flux_dws.policy import Policy
+from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
+from flux_dws.workflow import WorkflowView, view_workflow
+
+log = logging.getLogger("flux-dws")
+
+RETRY_MIN = 0.5  # seconds before retrying a job whose action failed; doubles up to RETRY_MAX
+RETRY_MAX = 60.0
+WATCH_RETRY_MAX = 30.0
+
+Done = Callable[[Optional[str]], None]
+
+
+@dataclass
+class Tracked:
+    """What the service knows about one job (or one orphaned workflow)."""
+
+    jobid: int
+    record: dict[str, Any] | None = None
+    workflow: WorkflowView | None = None
+    raw: dict[str, Any] | None = None
+    proposal: ProposalInfo | None = None
+    busy: bool = False  # an action chain is in flight
+    dirty: bool = False  # something changed while busy: decide again after
+    timer: Timer | None = None
+    retry: float = 0.0
+    observed: float = 0.0  # monotonic time the last workflow change was seen
+
+
+@dataclass
+class Metrics:
+    """Figures for benchmarks and `flux dws` status: reactions and requests."""
+
+    reactions: list[float] = field(default_factory=list)  # workflow seen -> patch sent, seconds
+    actions: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
+
+
+class Service:
+    """Drive every #DW job's workflow; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        loop: Loop,
+        jobmanager: JobManager,
+        kube: KubeClient,
+        owner_uid: int,
+        worker: KubeWorker | None = None,
+    ) -> None:
+        self.policy = policy
+        self.loop = loop
+        self.jm = jobmanager
+        self.kube = kube
+        self.owner_uid = owner_uid
+        self.worker = worker or KubeWorker()
+        self.jobs: dict[int, Tracked] = {}
+        self.metrics = Metrics()
+        self.synced = False  # the plugin's snapshot has arrived
+        self._watch: WorkflowWatch | None = None
+        self._cancel_records: Callable[[], None] | None = None
+        self._records_retry = RETRY_MIN
+        self._rabbits: dict[str, str] | None = None
+        self._gids: dict[int, int] = {}
+        self._stopped = False
+
+    # ------------------------------------------------------------------ start / stop
+
+    def start(self) -> None:
+        """Subscribe to job records and workflow events (call on the loop's thread)."""
+        self._watch = WorkflowWatch(self.kube, self._on_workflow_event_thread)
+        self._watch.start()
+        self._watch_records()
+
+    def stop(self) -> None:
+        """Stop watching; in-flight Kubernetes calls finish on their own."""
+        self._stopped = True
+        if self._cancel_records:
+            self._cancel_records()
+        if self._watch:
+            self._watch.stop()
+        self.worker.stop()
+        for tracked in self.jobs.values():
+            if tracked.timer:
+                tracked.timer.cancel()
+
+    def _watch_records(self) -> None:
+        self._cancel_records = self.jm.watch(self._on_records, self._on_records_lost)
+
+    def _on_records_lost(self, error: RpcError) -> None:
+        if self._stopped:
+            return
+        delay = self._records_retry
+        self._records_retry = min(delay * 2, WATCH_RETRY_MAX)
+        log.error(
+            "lost the job stream from the dws jobtap plugin (%s); jobs stay held; "
+            "reconnecting in %.1fs",
+            error,
+            delay,
+        )
+        self.loop.call_later(delay, self._watch_records)
+
+    # ------------------------------------------------------------------ observations
+
+    def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
+        self._records_retry = RETRY_MIN
+        if snapshot:
+            held = {int(r["id"]) for r in records}
+            for jobid, tracked in list(self.jobs.items()):
+                if jobid not in held and tracked.record is not None:
+                    tracked.record = None  # not held any more: an orphan if a workflow is left
+                    self._kick(jobid)
+            if not self.synced:
+                log.info("job snapshot: %d #DW job(s) held by the plugin", len(records))
+            self.synced = True
+            for jobid, tracked in list(self.jobs.items()):
+                if tracked.record is None and tracked.workflow is not None:
+                    self._kick(jobid)
+        for record in records:
+            jobid = int(record["id"])
+            tracked = self._tracked(jobid)
+            tracked.record = None if record.get("phase") == "gone" else record
+            self._kick(jobid)
+
+    def _on_workflow_event_thread(self, kind: str, obj: dict[str, Any]) -> None:
+        """Called on the watch thread: stamp the time and hand over to the loop."""
+        self.loop.call_soon(self._on_workflow_event, kind, obj, time.monotonic())
+
+    def _on_workflow_event(self, kind: str, obj: dict[str, Any], seen: float) -> None:
+        jobid = _jobid_of(obj)
+        if jobid is None:
+            log.warning("workflow %s has no %s label; ignored", _name(obj), JOBID_LABEL)
+            return
+        tracked = self._tracked(jobid)
+        if kind == "DELETED":
+            tracked.workflow, tracked.raw = None, None
+        else:
+            try:
+                tracked.workflow, tracked.raw = view_workflow(obj), obj
+            except ValueError as exc:
+                log.error("job %d: workflow %s is malformed: %s", jobid, _name(obj), exc)
+                return
+        tracked.observed = seen
+        self._kick(jobid)
+
+    def _tracked(self, jobid: int) -> Tracked:
+        if jobid not in self.jobs:
+            self.jobs[jobid] = Tracked(jobid)
+        return self.jobs[jobid]
+
+    # ------------------------------------------------------------------ deciding
+
+    def _kick(self, jobid: int) -> None:
+        """Decide again for ``jobid`` now, or as soon as its current chain ends."""
+        tracked = self.jobs.get(jobid)
+        if tracked is None or self._stopped:
+            return
+        if tracked.busy:
+            tracked.dirty = True
+            return
+        self._decide(tracked)
+
+    def view(self, tracked: Tracked) -> lc.JobView | None:
+        """The JobView for a tracked job (GONE for an orphan), or None before the snapshot."""
+        if tracked.record is None:
+            if not self.synced:
+                return None
+            return lc.JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
+        return job_view(
+            tracked.record,
+            self.policy,
+            owner_uid=self.owner_uid,
+            groupid=self._groupid(int(tracked.record["userid"])),
+            proposal=tracked.proposal,
+        )
+
+    def _decide(self, tracked: Tracked) -> None:
+        job = self.view(tracked)
+        if job is None:
+            return
+        if job.phase is JobPhase.GONE and tracked.workflow is None:
+            self._forget(tracked)
+            return
+        now = self.loop.time()
+        actions = lc.decide(job, tracked.workflow, self.policy, now)
+        if tracked.timer:
+            tracked.timer.cancel()
+            tracked.timer = None
+        wakes = [a for a in actions if isinstance(a, lc.WakeAt)]
+        if wakes:
+            tracked.timer = self.loop.call_at(wakes[0].time, self._kick, tracked.jobid)
+        chain = [a for a in actions if not isinstance(a, lc.WakeAt)]
+        if chain:
+            tracked.busy, tracked.dirty = True, False
+            self._run_chain(tracked, chain, 0)
+
+    def _forget(self, tracked: Tracked) -> None:
+        if tracked.timer:
+            tracked.timer.cancel()
+        self.jobs.pop(tracked.jobid, None)
+
+    def _run_chain(self, tracked: Tracked, chain: list[Any], index: int) -> None:
+        if index == len(chain):
+            tracked.busy, tracked.retry = False, 0.0
+            if tracked.dirty:
+                self._kick(tracked.jobid)
+            return
+        action = chain[index]
+        name = type(action).__name__
+        self.metrics.actions[name] += 1
+
+        def done(error: str | None) -> None:
+            if error is None:
+                self._run_chain(tracked, chain, index + 1)
+            else:
+                self._chain_failed(tracked, name, error)
+
+        handler = getattr(self, f"_do_{name}")
+        try:
+            handler(tracked, action, done)
+        except Exception as exc:  # a bug must not wedge the job: log and retry later
+            log.exception("job %d: %s raised", tracked.jobid, name)
+            self._chain_failed(tracked, name, str(exc))
+
+    def _chain_failed(self, tracked: Tracked, name: str, error: str) -> None:
+        self.metrics.failures[name] += 1
+        tracked.retry = min(max(tracked.retry * 2, RETRY_MIN), RETRY_MAX)
+        log.warning(
+            "job %d workflow %s: %s failed: %s; retrying in %.1fs",
+            tracked.jobid,
+            self._wf_name(tracked),
+            name,
+            error,
+            tracked.retry,
+        )
+        tracked.busy = False
+        if tracked.timer:
+            tracked.timer.cancel()
+        tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+    # ------------------------------------------------------------------ executing
+
+    def _kube(self, done: Done, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Run a Kubernetes call on the worker pool; ``done`` on the loop with its outcome."""
+        self._kube_then(done, None, fn, *args, **kwargs)
+
+    def _kube_then(
+        self,
+        done: Done,
+        then: Callable[[Any], str | None] | None,
+        fn: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        def finished(result: Any, exc: BaseException | None) -> None:
+            self.loop.call_soon(settle, result, exc)
+
+        def settle(result: Any, exc: BaseException | None) -> None:
+            if exc is not None:
+                done(str(exc) if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}")
+            else:
+                done(then(result) if then else None)
+
+        self.worker.submit(fn, *args, on_done=finished, **kwargs)
+
+    def _flux_done(self, done: Done, method: str, tracked: Tracked) -> Callable[..., None]:
+        """A job-manager callback: "already done" errors count as success."""
+
+        def on_done(_response: Any, error: RpcError | None) -> None:
+            if error is None:
+                done(None)
+            elif error.errnum in SETTLED_ERRNOS:
+                log.debug("job %d: %s already settled: %s", tracked.jobid, method, error.message)
+                done(None)
+            else:
+                done(f"{method}: {error}")
+
+        return on_done
+
+    def _do_CreateWorkflow(self, tracked: Tracked, action: lc.CreateWorkflow, done: Done) -> None:
+        jobid = tracked.jobid
+
+        def created(obj: dict[str, Any] | None, exc: BaseException | None) -> None:
+            self.loop.call_soon(settle, obj, exc)
+
+        def settle(obj: dict[str, Any] | None, exc: BaseException | None) -> None:
+            if isinstance(exc, WorkflowRejected):
+                log.info("job %d: DWS rejected the workflow: %s", jobid, exc.message)
+                note = f"DWS rejected the job's directives: {exc.message}"
+                self.jm.raise_exception(
+                    jobid, lc.EXCEPTION_TYPE, 0, note, self._flux_done(done, "raise", tracked)
+                )
+            elif exc is not None:
+                done(str(exc))
+            else:
+                assert obj is not None
+                self._adopt(tracked)(obj)
+                log.info("job %d: created workflow %s in Proposal", jobid, _name(obj))
+                done(None)
+
+        self.worker.submit(
+            self.kube.create_workflow,
+            jobid=jobid,
+            userid=action.userid,
+            groupid=action.groupid,
+            directives=list(action.directives),
+            on_done=created,
+        )
+
+    def _do_SetDesiredState(self, tracked: Tracked, action: lc.SetDesiredState, done: Done) -> None:
+        wf = tracked.workflow
+        assert wf is not None
+        observed = tracked.observed
+        log.info(
+            "job %d workflow %s: %s -> %s%s",
+            tracked.jobid,
+            wf.name,
+            wf.desired_state.value,
+            action.state.value,
+            " (hurry)" if action.hurry else "",
+        )
+
+        def patch() -> Any:
+            if observed:
+                self.metrics.reactions.append(time.monotonic() - observed)
+            return self.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
+
+        self._kube_then(done, self._adopt(tracked), patch)
+
+    def _adopt(self, tracked: Tracked) -> Callable[[Any], str | None]:
+        """Take a returned workflow as the latest view, so the next decision need not wait."""
+
+        def adopt(obj: Any) -> str | None:
+            if isinstance(obj, dict):
+                try:
+                    newer = view_workflow(obj)
+                except ValueError:
+                    return None
+                if tracked.workflow is None or _rv(newer) > _rv(tracked.workflow):
+                    tracked.workflow, tracked.raw = newer, obj
+                    tracked.dirty = True
+            return None
+
+        return adopt
+
+    def _do_ReadProposal(self, tracked: Tracked, action: lc.ReadProposal, done: Done) -> None:
+        raw = tracked.raw
+        assert raw is not None
+
+        def read() -> ProposalInfo:
+            needs = needs_from_breakdowns(self.kube.read_breakdowns(raw))
+            profile = self.kube.read_container_profile(raw)
+            timeouts: dict[str, float] = {}
+            if profile is not None:
+                limits = container_timeouts(profile)
+                timeouts = {"prerun": limits.prerun, "postrun": limits.postrun}
+            return ProposalInfo(needs=needs, container_timeouts=timeouts)
+
+        def store(result: Any, exc: BaseException | None) -> None:
+            self.loop.call_soon(settle, result, exc)
+
+        def settle(result: Any, exc: BaseException | None) -> None:
+            if isinstance(exc, StorageError):
+                self._fail_job(tracked, f"cannot size the job's storage: {exc}", done)
+            elif exc is not None:
+                done(str(exc))
+            else:
+                tracked.proposal = result
+                tracked.dirty = True
+                done(None)
+
+        self.worker.submit(read, on_done=store)
+
+    def _fail_job(self, tracked: Tracked, note: str, done: Done) -> None:
+        """A definitive failure found while acting: the job gets it as its exception."""
+        log.error("job %d: %s", tracked.jobid, note)
+        self.jm.raise_exception(
+            tracked.jobid, lc.EXCEPTION_TYPE, 0, note, self._flux_done(done, "raise", tracked)
+        )
+
+    def _do_ReleaseDependency(
+        self, tracked: Tracked, action: lc.ReleaseDependency, done: Done
+    ) -> None:
+        log.info("job %d: Proposal ready; releasing the job to the scheduler", tracked.jobid)
+        self.jm.release(
+            tracked.jobid,
+            action.jobspec_update,
+            self._flux_done(self._then_record(tracked, done, phase="sched"), "release", tracked),
+        )
+
+    def _do_PatchServers(self, tracked: Tracked, action: lc.PatchServers, done: Done) -> None:
+        proposal = tracked.proposal
+        assert proposal is not None
+
+        def patch() -> None:
+            if self._rabbits is None or any(h not in self._rabbits for h in action.hosts):
+                self._rabbits = rabbit_map(self.kube.read_system_configuration())
+            plan = plan_servers(proposal.needs, action.hosts, self._rabbits)
+            for (namespace, name), sets in plan.items():
+                self.kube.patch_servers(name, namespace, sets)
+
+        def finished(_result: Any, exc: BaseException | None) -> None:
+            self.loop.call_soon(settle, exc)
+
+        def settle(exc: BaseException | None) -> None:
+            if isinstance(exc, StorageError):
+                self._fail_job(tracked, f"cannot place the job's storage: {exc}", done)
+            else:
+                done(None if exc is None else str(exc))
+
+        self.worker.submit(patch, on_done=finished)
+
+    def _do_PatchComputes(self, tracked: Tracked, action: lc.PatchComputes, done: Done) -> None:
+        assert tracked.workflow is not None
+        self._kube(done, self.kube.patch_computes, tracked.workflow.name, list(action.hosts))
+
+    def _do_FinishProlog(self, tracked: Tracked, action: lc.FinishProlog, done: Done) -> None:
+        jobid = tracked.jobid
+        if action.success:
+            finished = self._then_record(tracked, done, phase="run", started=True)
+        else:
+            finished = self._then_record(tracked, done, phase="epilog")
+        on_done = self._flux_done(finished, "prolog-finish", tracked)
+        if not action.success:
+            self.jm.prolog_finish(jobid, False, {}, on_done)
+            return
+        env = dict(action.env)
+
+        def send(token: str | None) -> str | None:
+            if token:
+                env["DW_WORKFLOW_TOKEN"] = token
+            log.info("job %d: PreRun ready; starting the job with %d variables", jobid, len(env))
+            self.jm.prolog_finish(jobid, True, env, on_done)
+            return None
+
+        if action.token_secret is None:
+            send(None)
+            return
+
+        def sent(error: str | None) -> None:
+            if error is not None:
+                done(error)
+
+        namespace, name = action.token_secret
+        self._kube_then(sent, send, self.kube.read_token, namespace, name)
+
+    def _do_FinishEpilog(self, tracked: Tracked, action: lc.FinishEpilog, done: Done) -> None:
+        log.info("job %d: workflow gone; finishing the epilog", tracked.jobid)
+        finished = self._then_record(tracked, done, phase="gone")
+        self.jm.epilog_finish(tracked.jobid, self._flux_done(finished, "epilog-finish", tracked))
+
+    def _do_RaiseException(self, tracked: Tracked, action: lc.RaiseException, done: Done) -> None:
+        log.info(
+            "job %d workflow %s: raising %s exception: %s",
+            tracked.jobid,
+            self._wf_name(tracked),
+            action.type,
+            action.note,
+        )
+
+        def raised(error: str | None) -> None:
+            if error is None and not (tracked.record or {}).get("exception"):
+                exc = {"type": action.type, "severity": action.severity, "note": action.note}
+                self._update_record(tracked, exception=exc)
+            done(error)
+
+        self.jm.raise_exception(
+            tracked.jobid,
+            action.type,
+            action.severity,
+            action.note,
+            self._flux_done(raised, "raise", tracked),
+        )
+
+    def _do_PostEvent(self, tracked: Tracked, action: lc.PostEvent, done: Done) -> None:
+        def posted(error: str | None) -> None:
+            if error is None and tracked.record is not None:
+                dws = {**(tracked.record.get("dws") or {}), action.name: dict(action.context)}
+                self._update_record(tracked, dws=dws)
+            done(error)
+
+        self.jm.post(
+            tracked.jobid,
+            action.name,
+            action.context,
+            self._flux_done(posted, "post", tracked),
+        )
+
+    def _do_DeleteWorkflow(self, tracked: Tracked, action: lc.DeleteWorkflow, done: Done) -> None:
+        wf = tracked.workflow
+        assert wf is not None
+        log.info(
+            "job %d: deleting workflow %s (%s)", tracked.jobid, wf.name, wf.desired_state.value
+        )
+        self._kube(done, self.kube.delete_workflow, wf.name)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _update_record(self, tracked: Tracked, **changes: Any) -> None:
+        """Apply what an action just did to the cached record, ahead of the plugin's update.
+
+        The plugin's own record follows on the job stream; until then the next decision
+        sees the effect (an out-of-date record arriving later only costs a repeated,
+        harmless request).  A "gone" job is forgotten once its workflow is gone too.
+        """
+        if tracked.record is None:
+            return
+        if changes.get("phase") == "gone":
+            tracked.record = None
+        else:
+            tracked.record = {**tracked.record, **changes}
+        tracked.dirty = True
+
+    def _then_record(self, tracked: Tracked, done: Done, **changes: Any) -> Done:
+        def finished(error: str | None) -> None:
+            if error is None:
+                self._update_record(tracked, **changes)
+            done(error)
+
+        return finished
+
+    def _wf_name(self, tracked: Tracked) -> str:
+        return tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid)
+
+    def _groupid(self, userid: int) -> int:
+        """The owner's primary group for the workflow's groupID (never from user input)."""
+        if userid not in self._gids:
+            try:
+                self._gids[userid] = pwd.getpwuid(userid).pw_gid
+            except KeyError:
+                self._gids[userid] = userid
+        return self._gids[userid]
+
+
+def _jobid_of(obj: Mapping[str, Any]) -> int | None:
+    label = (obj.get("metadata", {}).get("labels") or {}).get(JOBID_LABEL)
+    try:
+        return int(label) if label is not None else None
+    except ValueError:
+        return None
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", "?"))
+
+
+def _rv(view: WorkflowView) -> int:
+    try:
+        return int(view.resource_version)
+    except ValueError:
+        return 0
+
+
+__all__ = ["Service", "Metrics", "Tracked", "errno"]

@@ -1,0 +1,269 @@
+"""The objects DWS and nnf-sos create beside a Workflow, built as plain dicts.
+
+Computes (Proposal, DWS), DirectiveBreakdowns and their Servers (Proposal, nnf-sos), the
+Servers status (Setup), the environment of the job's storage (PreRun) and the copy-offload
+token Secret: shapes and names as in dws-api.md section 2.  Every child carries the
+workflow's labels and an ownerReference, as upstream, and is named ``<workflow>-<index>``
+when it belongs to one directive.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flux_dws.directives import Directive, parse_size
+from flux_dws.storage import ACROSS_SERVERS, PER_COMPUTE, SINGLE_SERVER
+from flux_dws.testing.dwssim.status import micro_time
+from flux_dws.testing.kubeapi.resources import by_plural
+
+WORKFLOW_NAME_LABEL = "dataworkflowservices.github.io/workflow.name"
+WORKFLOW_NAMESPACE_LABEL = "dataworkflowservices.github.io/workflow.namespace"
+OWNER_LABELS = ("kind", "name", "namespace", "uid")
+RABBIT_CONSTRAINT = "dataworkflowservices.github.io/storage=Rabbit"
+COPY_OFFLOAD = "copy-offload"
+MOUNT_PREFIX = "/mnt/nnf"
+SYSTEM_CONFIGURATION = ("default", "default")  # (namespace, name) nnf-sos reads
+
+#: The Lustre metadata target nnf-sos sizes from its storage profile, not the directive.
+MGTMDT_CAPACITY = 32 * 1024**3
+#: create_persistent may leave capacity out (lustre); the breakdown then asks this much.
+DEFAULT_CAPACITY = 1024**3
+
+
+def api_object(plural: str) -> dict[str, str]:
+    """apiVersion and kind of a served resource, from the stand-in API server's table."""
+    resource = by_plural(plural)
+    return {"apiVersion": resource.api_version(), "kind": resource.kind}
+
+
+def indexed_name(workflow: Mapping[str, Any], index: int) -> str:
+    return f"{workflow['metadata']['name']}-{index}"
+
+
+def token_secret_name(workflow: Mapping[str, Any]) -> str:
+    return f"{workflow['metadata']['name']}-token"
+
+
+def child_metadata(workflow: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Metadata of an object owned by ``workflow``: same namespace, labels, ownerReference."""
+    meta = workflow["metadata"]
+    labels = {
+        WORKFLOW_NAME_LABEL: meta["name"],
+        WORKFLOW_NAMESPACE_LABEL: meta["namespace"],
+        "dataworkflowservices.github.io/owner.kind": "Workflow",
+        "dataworkflowservices.github.io/owner.name": meta["name"],
+        "dataworkflowservices.github.io/owner.namespace": meta["namespace"],
+        "dataworkflowservices.github.io/owner.uid": meta.get("uid", ""),
+    }
+    owner = {
+        "apiVersion": workflow.get("apiVersion") or api_object("workflows")["apiVersion"],
+        "kind": "Workflow",
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "ownerReferences": [owner],
+    }
+
+
+def reference(kind: str, name: str, namespace: str) -> dict[str, str]:
+    """An ObjectReference as DWS writes them."""
+    return {"kind": kind, "name": name, "namespace": namespace}
+
+
+def computes(workflow: Mapping[str, Any]) -> dict[str, Any]:
+    """The Computes DWS creates in Proposal: same name as the workflow, no nodes yet."""
+    name = workflow["metadata"]["name"]
+    return {**api_object("computes"), "metadata": child_metadata(workflow, name), "data": []}
+
+
+def allocation_sets(fs_type: str, capacity: int) -> list[dict[str, Any]]:
+    """What one storage directive needs, per nnf-sos: per compute, or Lustre targets."""
+    labels = {"labels": [RABBIT_CONSTRAINT]}
+    if fs_type == "lustre":
+        return [
+            {
+                "allocationStrategy": ACROSS_SERVERS,
+                "minimumCapacity": capacity,
+                "label": "ost",
+                "constraints": dict(labels),
+            },
+            {
+                "allocationStrategy": SINGLE_SERVER,
+                "minimumCapacity": MGTMDT_CAPACITY,
+                "label": "mgtmdt",
+                "constraints": dict(
+                    labels, count=1, colocation=[{"type": "exclusive", "key": "lustre-mgt"}]
+                ),
+            },
+        ]
+    return [
+        {
+            "allocationStrategy": PER_COMPUTE,
+            "minimumCapacity": capacity,
+            "label": fs_type,
+            "constraints": dict(labels),
+        }
+    ]
+
+
+def requires_of(directive: Directive) -> list[str]:
+    """The ``requires=`` list of a storage directive ("copy-offload,...")."""
+    value = directive.args.get("requires", "")
+    return [word for word in value.split(",") if word]
+
+
+def breakdown(workflow: Mapping[str, Any], directive: Directive) -> dict[str, Any]:
+    """The DirectiveBreakdown nnf-sos creates for a jobdw, persistentdw or create_persistent.
+
+    A persistentdw uses storage that already exists, so its breakdown asks for none.
+    Raises DirectiveError for a capacity that is not a size.
+    """
+    meta = workflow["metadata"]
+    name = indexed_name(workflow, directive.index)
+    status: dict[str, Any] = {"ready": True, "requires": requires_of(directive)}
+    if directive.command in ("jobdw", "create_persistent"):
+        fs_type = directive.args.get("type", "xfs")
+        text = directive.args.get("capacity")
+        capacity = parse_size(text) if text else DEFAULT_CAPACITY
+        servers_ref = reference("Servers", name, meta["namespace"])
+        access = "network" if fs_type == "lustre" else "physical"
+        status["storage"] = {
+            "lifetime": "job" if directive.command == "jobdw" else "persistent",
+            "reference": servers_ref,
+            "allocationSets": allocation_sets(fs_type, capacity),
+        }
+        status["compute"] = {
+            "constraints": {
+                "location": [
+                    {
+                        "access": [{"type": access, "priority": "mandatory"}],
+                        "reference": servers_ref,
+                    }
+                ]
+            }
+        }
+    return {
+        **api_object("directivebreakdowns"),
+        "metadata": child_metadata(workflow, name),
+        "spec": {"directive": directive.text, "userID": workflow["spec"].get("userID")},
+        "status": status,
+    }
+
+
+def servers(workflow: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The Servers a breakdown references; the WLM fills spec.allocationSets before Setup."""
+    return {
+        **api_object("servers"),
+        "metadata": child_metadata(workflow, indexed_name(workflow, index)),
+        "spec": {},
+    }
+
+
+def servers_problem(
+    servers_obj: Mapping[str, Any], breakdown_obj: Mapping[str, Any] | None
+) -> str | None:
+    """Why the WLM's Servers allocation cannot be used in Setup, or None when it can."""
+    meta = servers_obj.get("metadata") or {}
+    shown = f"{meta.get('namespace')}/{meta.get('name')}"
+    sets = (servers_obj.get("spec") or {}).get("allocationSets") or []
+    if not sets:
+        return f"Servers resource {shown} has no allocation sets"
+    have = {}
+    for aset in sets:
+        storage = aset.get("storage") or []
+        if not storage or not all(s.get("name") for s in storage):
+            return f"Servers resource {shown} allocation set '{aset.get('label')}' names no rabbit"
+        have[aset.get("label")] = aset
+    wanted = ((breakdown_obj or {}).get("status") or {}).get("storage") or {}
+    for need in wanted.get("allocationSets") or []:
+        if need.get("label") not in have:
+            return f"Servers resource {shown} has no allocation set for label '{need['label']}'"
+    return None
+
+
+def servers_status(servers_obj: Mapping[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    """Servers status once NNF has allocated what the WLM asked for."""
+    sets = []
+    for aset in (servers_obj.get("spec") or {}).get("allocationSets") or []:
+        size = aset.get("allocationSize", 0)
+        storage = {s["name"]: {"allocationSize": size} for s in aset.get("storage") or []}
+        sets.append({"label": aset.get("label"), "allocationSize": size, "storage": storage})
+    return {"ready": True, "lastUpdate": micro_time(now), "allocationSets": sets}
+
+
+def env_name(prefix: str, name: str) -> str:
+    """DW_JOB_<name> / DW_PERSISTENT_<name>: nnf-sos turns '-' into '_'."""
+    return prefix + name.replace("-", "_")
+
+
+def mount_path(workflow: Mapping[str, Any], index: int) -> str:
+    return f"{MOUNT_PREFIX}/{workflow['metadata'].get('uid', '')}-{index}"
+
+
+def storage_env(
+    workflow: Mapping[str, Any], directive: Directive, all_directives: Sequence[Directive]
+) -> dict[str, str]:
+    """PreRun environment for one jobdw or persistentdw directive.
+
+    DW_JOBS lists the job's jobdw names, comma-separated, in directive order.
+    """
+    if directive.command == "jobdw":
+        jobs = [d.args["name"] for d in all_directives if d.command == "jobdw"]
+        return {
+            env_name("DW_JOB_", directive.args["name"]): mount_path(workflow, directive.index),
+            "DW_JOBS": ",".join(jobs),
+        }
+    if directive.command == "persistentdw":
+        name = env_name("DW_PERSISTENT_", directive.args["name"])
+        return {name: mount_path(workflow, directive.index)}
+    return {}
+
+
+def token_secret(workflow: Mapping[str, Any], token: str) -> dict[str, Any]:
+    """The Secret holding the workflow token a copy-offload client presents."""
+    encoded = base64.b64encode(token.encode()).decode()
+    return {
+        **api_object("secrets"),
+        "metadata": child_metadata(workflow, token_secret_name(workflow)),
+        "type": "Opaque",
+        "data": {"token": encoded},
+    }
+
+
+def system_configuration(rabbits: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The SystemConfiguration DWS reads: which compute nodes each rabbit serves."""
+    namespace, name = SYSTEM_CONFIGURATION
+    nodes = [
+        {
+            "name": rabbit,
+            "type": "Rabbit",
+            "computesAccess": [{"name": c, "index": i} for i, c in enumerate(computes_)],
+        }
+        for rabbit, computes_ in rabbits.items()
+    ]
+    return {
+        **api_object("systemconfigurations"),
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"storageNodes": nodes},
+    }
+
+
+def group_computes(
+    computes_: Sequence[str], per_rabbit: int = 16, prefix: str = "rabbit-"
+) -> dict[str, list[str]]:
+    """Computes in order, ``per_rabbit`` to a rabbit named ``<prefix><n>``."""
+    if per_rabbit < 1:
+        raise ValueError(f"per_rabbit must be at least 1, not {per_rabbit}")
+    groups: dict[str, list[str]] = {}
+    for i, compute in enumerate(computes_):
+        groups.setdefault(f"{prefix}{i // per_rabbit}", []).append(compute)
+    return groups

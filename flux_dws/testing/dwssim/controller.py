@@ -1,0 +1,761 @@
+"""DwsSim: the DWS workflow controller and the nnf-sos / test drivers, against a Store.
+
+The imperative shell around the pure rules in ``status``, ``outcomes``, ``containers`` and
+``companions``.  One daemon thread consumes a watch on workflows (re-listing after any watch
+failure) and a heap of timers (per-state delays, container deadlines).  Every Workflow write
+is a replace carrying the resourceVersion it was computed from; on a conflict the object is
+read again and the decision made again, a bounded number of times.  Companion objects are
+created idempotently, so repeating a decision is harmless.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import heapq
+import itertools
+import logging
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+from flux_dws.directives import Directive, parse_directives
+from flux_dws.errors import DirectiveError
+from flux_dws.states import State, Status
+from flux_dws.storage import rabbit_map
+from flux_dws.testing.dwssim import companions as cmp
+from flux_dws.testing.dwssim.containers import (
+    PROFILE_NAMESPACE,
+    PROFILE_PLURAL,
+    ProfileSettings,
+    check_access,
+    container_nodes,
+    pinned_copy,
+    ports_failure,
+    postrun_verdict,
+    prerun_verdict,
+)
+from flux_dws.testing.dwssim.outcomes import (
+    MAJOR,
+    USER,
+    WLM,
+    Complete,
+    Fail,
+    Outcome,
+    ResourceError,
+    Wait,
+    apply_outcome,
+    fatal,
+    tester_outcome,
+)
+from flux_dws.testing.dwssim.status import enter_state, force_ready, roll_up
+from flux_dws.testing.kubeapi.errors import ApiError
+from flux_dws.testing.ruleset import BREAKDOWN_COMMANDS, NNF_DRIVER, TEST_DRIVER
+
+LOG = logging.getLogger("flux_dws.testing.dwssim")
+
+#: The finalizer the DWS workflow controller keeps on every workflow until it has cleaned up.
+FINALIZER = "dataworkflowservices.github.io/workflow"
+WORKFLOWS = "workflows"
+DEFAULT_PORTS = range(30000, 30100)
+
+MAX_CONFLICT_RETRIES = 8  # re-reads after a 409 before giving a write up
+WATCH_POLL = 0.5  # longest wait on the watch, so stop() and timers are never late by more
+RELIST_BACKOFF = (0.05, 2.0)  # first and largest pause before re-listing after a watch failure
+API_RETRY = 1.0  # seconds before a driver retries after an unexpected API error
+
+#: stands in for a directive that failed, so the rest of the job is read in context.
+_PLACEHOLDER = "#DW Teardown action=wait"
+_DIRECTIVE_INDEX = re.compile(r"^#DW directive (\d+)")
+
+#: Seconds each state's drivers take in simulation mode: the order of a small real system.
+REALISTIC_DELAYS = {
+    State.PROPOSAL: 1.0,
+    State.SETUP: 5.0,
+    State.DATAIN: 3.0,
+    State.PRERUN: 3.0,
+    State.POSTRUN: 2.0,
+    State.DATAOUT: 3.0,
+    State.TEARDOWN: 4.0,
+}
+
+Delays = Union[float, Mapping[Union[State, str], float]]
+Timer = tuple[float, State]  # (seconds from now, state to drive)
+
+
+@dataclass(frozen=True, order=True)
+class _Due:
+    at: float
+    seq: int
+    namespace: str
+    name: str
+    uid: str
+    state: State
+
+
+def resolve_delays(delays: Delays) -> dict[State, float]:
+    """Seconds each state's drivers wait before acting; ValueError names a bad entry."""
+    if isinstance(delays, Mapping):
+        resolved = dict.fromkeys(State, 0.0)
+        for key, value in delays.items():
+            state = key if isinstance(key, State) else State.parse(str(key))
+            resolved[state] = float(value)
+    else:
+        resolved = dict.fromkeys(State, float(delays))
+    for state, value in resolved.items():
+        if not value >= 0:
+            raise ValueError(f"delay for {state.value} must be a non-negative number, not {value}")
+    return resolved
+
+
+class DwsSim:
+    """Plays DWS and NNF for every Workflow in ``store`` while started."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        delays: Delays = 0.0,
+        time_scale: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        seed: int | None = None,
+        ports: Sequence[int] = DEFAULT_PORTS,
+    ) -> None:
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be more than zero, not {time_scale}")
+        self._store = store
+        self._delays = resolve_delays(delays)
+        self._time_scale = float(time_scale)
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._free_ports = sorted(set(ports))
+        self._ports: dict[str, tuple[int, ...]] = {}
+        self._entered: dict[tuple[str, State], float] = {}
+        self._parsed: dict[str, dict[int, Directive | DirectiveError]] = {}
+        self._timers: list[_Due] = []
+        self._seq = itertools.count()
+        self._writes: Counter[str] = Counter()
+        self._counter_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> DwsSim:
+        """Begin watching workflows in a daemon thread."""
+        if self._thread is not None:
+            raise RuntimeError("DwsSim is already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="dwssim", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread; pending timers are dropped."""
+        self._stop.set()
+        watch = self._watch
+        if watch is not None:
+            watch.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                LOG.warning("dwssim: thread did not stop within %.1fs", timeout)
+        self._thread = None
+
+    def __enter__(self) -> DwsSim:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def writes(self) -> dict[str, int]:
+        """Writes (create, replace, delete) made so far, by resource plural."""
+        with self._counter_lock:
+            return dict(self._writes)
+
+    @property
+    def ports_in_use(self) -> dict[str, tuple[int, ...]]:
+        """Container ports held, by workflow uid."""
+        return dict(self._ports)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        pause = RELIST_BACKOFF[0]
+        while not self._stop.is_set():
+            try:
+                items, version = self._store.list(WORKFLOWS)
+                for item in items:
+                    self._handle(item)
+                self._watch = self._store.watch(WORKFLOWS, resource_version=version)
+                if self._stop.is_set():
+                    break
+                pause = RELIST_BACKOFF[0]
+                self._consume(self._watch)
+            except Exception:
+                if self._stop.is_set():
+                    break
+                LOG.exception("dwssim: watch on workflows failed; re-listing in %.2fs", pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, RELIST_BACKOFF[1])
+            finally:
+                watch, self._watch = self._watch, None
+                if watch is not None:
+                    watch.close()
+
+    def _consume(self, watch: Any) -> None:
+        while not self._stop.is_set():
+            self._fire_timers()
+            wait = WATCH_POLL
+            if self._timers:
+                wait = max(0.0, min(wait, self._timers[0].at - self._clock()))
+            event = watch.next(timeout=wait)
+            if event is None:
+                continue
+            kind, obj = event
+            if kind == "BOOKMARK":
+                continue
+            if kind == "DELETED":
+                self._forget(obj)
+            elif kind in ("ADDED", "MODIFIED"):
+                self._handle(obj)
+            else:
+                raise RuntimeError(f"watch on workflows ended with {kind}: {obj}")
+
+    def _fire_timers(self) -> None:
+        while self._timers and self._timers[0].at <= self._clock():
+            due = heapq.heappop(self._timers)
+            try:
+                self._on_timer(due)
+            except Exception:
+                LOG.exception(
+                    "dwssim: workflow %s/%s: %s: timer failed; the state will not advance "
+                    "until the workflow changes",
+                    due.namespace,
+                    due.name,
+                    due.state.value,
+                )
+
+    def _schedule(self, workflow: Mapping[str, Any], timers: Sequence[Timer]) -> None:
+        meta = workflow["metadata"]
+        now = self._clock()
+        for seconds, state in timers:
+            due = _Due(
+                now + seconds,
+                next(self._seq),
+                meta["namespace"],
+                meta["name"],
+                meta.get("uid", ""),
+                state,
+            )
+            heapq.heappush(self._timers, due)
+
+    # ------------------------------------------------------------------ workflow writes
+
+    def _handle(self, workflow: Mapping[str, Any]) -> None:
+        if (workflow.get("metadata") or {}).get("deletionTimestamp"):
+            self._finalize(workflow)
+        else:
+            self._write_workflow(workflow, self._reconcile)
+
+    def _write_workflow(
+        self,
+        workflow: Mapping[str, Any],
+        decide: Callable[[Mapping[str, Any]], tuple[dict[str, Any] | None, list[Timer]]],
+    ) -> bool:
+        """Write ``decide(workflow)``; on a conflict read the workflow again and decide again.
+
+        False when the decision could not be written (refused, or conflicts kept coming).
+        """
+        meta = workflow["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        current = workflow
+        for _ in range(MAX_CONFLICT_RETRIES):
+            new, timers = decide(current)
+            if new is None or new == current:
+                self._schedule(current, timers)
+                return True
+            try:
+                written = self._store.replace(WORKFLOWS, namespace, name, new)
+            except ApiError as exc:
+                if exc.code == 404:
+                    return True
+                if exc.code != 409:
+                    LOG.error(
+                        "dwssim: workflow %s: the API server refused an update (%s %s: %s)",
+                        _who(current),
+                        exc.code,
+                        exc.reason,
+                        exc.message,
+                    )
+                    return False
+                fresh = self._get(WORKFLOWS, namespace, name)
+                if fresh is None:
+                    return True
+                current = fresh
+                continue
+            self._count(WORKFLOWS)
+            self._schedule(written, timers)
+            return True
+        LOG.warning(
+            "dwssim: workflow %s: gave up after %d conflicting updates",
+            _who(current),
+            MAX_CONFLICT_RETRIES,
+        )
+        return False
+
+    def _reconcile(self, workflow: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
+        """The DWS controller: finalizer, state entry, forceReady, roll-up."""
+        wf = copy.deepcopy(dict(workflow))
+        meta = wf["metadata"]
+        finalizers = meta.setdefault("finalizers", [])
+        if FINALIZER not in finalizers:
+            finalizers.append(FINALIZER)
+        desired = (wf.get("spec") or {}).get("desiredState")
+        try:
+            state = State(desired)
+        except ValueError:
+            LOG.error("dwssim: workflow %s: unknown desiredState %r", _who(wf), desired)
+            return None, []
+        status = wf.get("status") or {}
+        uid = meta.get("uid", "")
+        now = _now()
+        timers: list[Timer] = []
+        if status.get("state") != state.value:
+            wf = enter_state(wf, now)
+            self._entered[(uid, state)] = self._clock()
+            LOG.info("dwssim: workflow %s: entering %s", _who(wf), state.value)
+            if state is State.PROPOSAL:
+                wf["status"]["computes"] = self._ensure_computes(wf)
+            timers = self._start_drivers(wf, state)
+        elif (uid, state) not in self._entered and not status.get("ready"):
+            # First sight of a workflow already in this state (a restarted simulator).
+            self._entered[(uid, state)] = self._clock()
+            timers = self._start_drivers(wf, state)
+        if wf["spec"].get("forceReady") and not wf["status"].get("ready"):
+            LOG.info("dwssim: workflow %s: %s forced ready", _who(wf), state.value)
+            wf = force_ready(wf, now)
+        return roll_up(wf, now), timers
+
+    def _start_drivers(self, wf: dict[str, Any], state: State) -> list[Timer]:
+        """Drivers act after the state's delay, and never in the write that enters the state:
+        DWS admission refuses a change to driver entries of a state the workflow is not in.
+        """
+        return [(self._delays[state], state)]
+
+    def _on_timer(self, due: _Due) -> None:
+        current = self._get(WORKFLOWS, due.namespace, due.name)
+        if current is None:
+            return
+        meta = current["metadata"]
+        if meta.get("uid", "") != due.uid or meta.get("deletionTimestamp"):
+            return
+
+        def decide(workflow: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
+            wf = copy.deepcopy(dict(workflow))
+            status = wf.get("status") or {}
+            if status.get("state") != due.state.value or status.get("ready"):
+                return None, []
+            if wf["spec"].get("desiredState") != due.state.value:
+                return None, []  # a state change is on its way; _reconcile handles it
+            timers = self._drive(wf, due.state)
+            return roll_up(wf, _now()), timers
+
+        if not self._write_workflow(current, decide):
+            LOG.warning(
+                "dwssim: workflow %s: %s: drivers will try again in %.1fs",
+                _who(current),
+                due.state.value,
+                API_RETRY,
+            )
+            self._schedule(current, [(API_RETRY, due.state)])
+
+    # ------------------------------------------------------------------ deletion
+
+    def _finalize(self, workflow: Mapping[str, Any]) -> None:
+        """A deleted workflow: remove its companions, then our finalizer (others first)."""
+        finalizers = workflow["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers or len(finalizers) > 1:
+            return
+        self._delete_companions(workflow)
+        self._release_ports(workflow["metadata"].get("uid", ""))
+
+        def decide(current: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
+            wf = copy.deepcopy(dict(current))
+            wf["metadata"]["finalizers"] = [
+                f for f in wf["metadata"].get("finalizers") or [] if f != FINALIZER
+            ]
+            return wf, []
+
+        LOG.info("dwssim: workflow %s: deleted; companions removed", _who(workflow))
+        self._write_workflow(workflow, decide)
+        self._forget(workflow)
+
+    def _delete_companions(self, workflow: Mapping[str, Any]) -> None:
+        meta = workflow["metadata"]
+        namespace = meta["namespace"]
+        targets = [("computes", meta["name"]), ("secrets", cmp.token_secret_name(workflow))]
+        for index in range(len((workflow.get("spec") or {}).get("dwDirectives") or [])):
+            name = cmp.indexed_name(workflow, index)
+            for plural in ("directivebreakdowns", "servers", PROFILE_PLURAL):
+                targets.append((plural, name))
+        for plural, name in targets:
+            try:
+                self._store.delete(plural, namespace, name)
+                self._count(plural)
+            except ApiError as exc:
+                if exc.code != 404:
+                    LOG.warning(
+                        "dwssim: workflow %s: could not delete %s %s/%s: %s",
+                        _who(workflow),
+                        plural,
+                        namespace,
+                        name,
+                        exc.message,
+                    )
+
+    def _forget(self, workflow: Mapping[str, Any]) -> None:
+        uid = (workflow.get("metadata") or {}).get("uid", "")
+        self._release_ports(uid)
+        self._parsed.pop(uid, None)
+        for key in [k for k in self._entered if k[0] == uid]:
+            del self._entered[key]
+
+    # ------------------------------------------------------------------ drivers
+
+    def _drive(self, wf: dict[str, Any], state: State) -> list[Timer]:
+        """Run every driver entry of ``state`` that is still open; edits ``wf`` in place."""
+        status = wf["status"]
+        drivers = status.get("drivers") or []
+        directives = self._directives(wf)
+        timers: list[Timer] = []
+        now = _now()
+        for position, entry in enumerate(drivers):
+            if entry.get("watchState") != state.value or entry.get("completed"):
+                continue
+            if entry.get("status") == Status.ERROR.value:
+                continue
+            index = entry.get("dwdIndex", 0)
+            directive = directives.get(index)
+            if directive is None:
+                continue
+            try:
+                outcome = self._decide(wf, entry.get("driverID"), directive, state)
+            except ApiError as exc:
+                outcome = ResourceError(debug=f"API error: {exc.message}", severity=MAJOR).fail()
+                timers.append((API_RETRY, state))
+            if outcome is None:
+                continue
+            drivers[position] = apply_outcome(entry, outcome, now)
+            if isinstance(outcome, Complete) and outcome.env:
+                status.setdefault("env", {}).update(outcome.env)
+            elif isinstance(outcome, Fail):
+                LOG.warning(
+                    "dwssim: workflow %s: %s: directive %s failed: %s [%s]",
+                    _who(wf),
+                    state.value,
+                    index,
+                    outcome.message,
+                    outcome.error,
+                )
+            elif isinstance(outcome, Wait) and outcome.seconds is not None:
+                timers.append((outcome.seconds, state))
+        return timers
+
+    def _decide(
+        self,
+        wf: dict[str, Any],
+        driver: Any,
+        directive: Directive | DirectiveError,
+        state: State,
+    ) -> Outcome | None:
+        if driver == TEST_DRIVER:
+            if isinstance(directive, DirectiveError):
+                LOG.error("dwssim: workflow %s: test directive unreadable: %s", _who(wf), directive)
+                return None
+            return tester_outcome(directive.args)
+        if driver != NNF_DRIVER:
+            return None
+        if isinstance(directive, DirectiveError):
+            if state is not State.PROPOSAL:
+                return Complete()
+            return fatal(str(directive), kind=USER)
+        handler = {
+            State.PROPOSAL: self._proposal,
+            State.SETUP: self._setup,
+            State.PRERUN: self._prerun,
+            State.POSTRUN: self._postrun,
+            State.TEARDOWN: self._teardown,
+        }.get(state)
+        return handler(wf, directive) if handler else Complete()
+
+    def _directives(self, wf: Mapping[str, Any]) -> dict[int, Directive | DirectiveError]:
+        """The workflow's directives by index, read once per workflow with flux-dws's grammar.
+
+        The job is read as a whole, as nnf-sos validates it in Proposal.  When a directive
+        fails, it keeps its error and a placeholder takes its place, so the others are still
+        read in context (a container's storage keys name the job's jobdw directives).
+        """
+        uid = wf["metadata"].get("uid", "")
+        if uid in self._parsed:
+            return self._parsed[uid]
+        lines = [str(line) for line in (wf.get("spec") or {}).get("dwDirectives") or []]
+        found: dict[int, Directive | DirectiveError] = {}
+        for _ in range(len(lines) + 1):
+            try:
+                parsed = parse_directives(lines) if lines else ()
+            except DirectiveError as exc:
+                match = _DIRECTIVE_INDEX.match(str(exc))
+                bad = int(match.group(1)) if match else -1
+                if not 0 <= bad < len(lines) or bad in found:
+                    for index in range(len(lines)):
+                        found.setdefault(index, exc)
+                    break
+                found[bad] = exc
+                lines[bad] = _PLACEHOLDER
+                continue
+            if len(parsed) != len(lines):
+                problem = DirectiveError("a dwDirectives entry holds more than one directive")
+                found.update({i: problem for i in range(len(lines)) if i not in found})
+            else:
+                found.update({d.index: d for d in parsed if d.index not in found})
+            break
+        self._parsed[uid] = found
+        return found
+
+    def _proposal(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command == "container":
+            return self._pin_profile(wf, d)
+        if d.command not in BREAKDOWN_COMMANDS:
+            return Complete()
+        try:
+            bd = cmp.breakdown(wf, d)
+        except DirectiveError as exc:
+            return fatal(
+                "unable to start parsing DW directive",
+                f"could not generate DirectiveBreakdown: {exc}",
+                kind=USER,
+            )
+        status = wf["status"]
+        if "storage" in bd["status"]:
+            self._ensure("servers", cmp.servers(wf, d.index))
+        self._ensure("directivebreakdowns", bd)
+        ref = cmp.reference(
+            "DirectiveBreakdown", bd["metadata"]["name"], bd["metadata"]["namespace"]
+        )
+        refs = status.setdefault("directiveBreakdowns", [])
+        if ref not in refs:
+            refs.append(ref)
+        for need in bd["status"]["requires"]:
+            requires = status.setdefault("requires", [])
+            if need not in requires:
+                requires.append(need)
+        return Complete()
+
+    def _pin_profile(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        name = d.args.get("profile", "")
+        profile = self._get(PROFILE_PLURAL, PROFILE_NAMESPACE, name)
+        if profile is None:
+            return fatal(f"container profile '{name}' not found", kind=USER)
+        try:
+            settings = ProfileSettings.from_profile(profile)
+        except ValueError as exc:
+            return fatal(debug=f"container profile '{name}': {exc}")
+        spec = wf["spec"]
+        denied = check_access(settings, spec.get("userID"), spec.get("groupID"))
+        if denied is not None:
+            return denied
+        metadata = cmp.child_metadata(wf, cmp.indexed_name(wf, d.index))
+        self._ensure(PROFILE_PLURAL, pinned_copy(profile, metadata))
+        return Complete()
+
+    def _profile(self, wf: Mapping[str, Any], d: Directive) -> ProfileSettings | Fail:
+        """The workflow's pinned profile (or the selectable one, if not pinned)."""
+        meta = wf["metadata"]
+        pinned = self._get(PROFILE_PLURAL, meta["namespace"], cmp.indexed_name(wf, d.index))
+        profile = pinned or self._get(PROFILE_PLURAL, PROFILE_NAMESPACE, d.args.get("profile", ""))
+        if profile is None:
+            return fatal(f"container profile '{d.args.get('profile')}' not found", kind=USER)
+        try:
+            return ProfileSettings.from_profile(profile)
+        except ValueError as exc:
+            return fatal(debug=f"container profile '{d.args.get('profile')}': {exc}")
+
+    def _setup(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        meta = wf["metadata"]
+        if d.command == "container":
+            settings = self._profile(wf, d)
+            if isinstance(settings, Fail):
+                return settings
+            if settings.num_ports == 0:
+                return Complete()
+            ports = self._request_ports(meta.get("uid", ""), settings.num_ports)
+            if ports is None:
+                return ports_failure()
+            return Complete(env={"NNF_CONTAINER_PORTS": ",".join(str(p) for p in ports)})
+        if d.command not in ("jobdw", "create_persistent"):
+            return Complete()
+        name = cmp.indexed_name(wf, d.index)
+        shown = f"{meta['namespace']}/{name}"
+        servers = self._get("servers", meta["namespace"], name)
+        if servers is None:
+            return ResourceError(
+                "could not read allocation request", f"unable to get Servers: {shown}: not found"
+            ).fail()
+        bd = self._get("directivebreakdowns", meta["namespace"], name)
+        problem = cmp.servers_problem(servers, bd)
+        if problem:
+            return ResourceError(
+                "invalid Rabbit allocations",
+                f"invalid Rabbit allocations for servers: {shown}: {problem}",
+                WLM,
+                "Fatal",
+            ).fail()
+        self._set_status("servers", servers, cmp.servers_status(servers, _now()))
+        return Complete()
+
+    def _prerun(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        meta = wf["metadata"]
+        if d.command in ("jobdw", "persistentdw"):
+            parsed = [x for x in self._directives(wf).values() if isinstance(x, Directive)]
+            if cmp.COPY_OFFLOAD in cmp.requires_of(d):
+                self._issue_token(wf)
+            return Complete(env=cmp.storage_env(wf, d, parsed))
+        if d.command != "container":
+            return Complete()
+        settings = self._profile(wf, d)
+        if isinstance(settings, Fail):
+            return settings
+        computes = self._get("computes", meta["namespace"], meta["name"]) or {}
+        hosts = [c.get("name", "") for c in computes.get("data") or []]
+        namespace, name = cmp.SYSTEM_CONFIGURATION
+        config = self._get("systemconfigurations", namespace, name)
+        nodes = container_nodes(hosts, None if config is None else rabbit_map(config))
+        if isinstance(nodes, Fail):
+            return nodes
+        return prerun_verdict(
+            settings,
+            self._elapsed(wf, State.PRERUN),
+            self._time_scale,
+            meta["name"],
+            meta["namespace"],
+            nodes,
+        )
+
+    def _postrun(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command != "container":
+            return Complete()
+        settings = self._profile(wf, d)
+        if isinstance(settings, Fail):
+            return settings
+        meta = wf["metadata"]
+        elapsed = self._elapsed(wf, State.POSTRUN)
+        return postrun_verdict(settings, elapsed, self._time_scale, meta["name"], meta["namespace"])
+
+    def _teardown(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command == "container":
+            self._release_ports(wf["metadata"].get("uid", ""))
+        return Complete()
+
+    def _elapsed(self, wf: Mapping[str, Any], state: State) -> float:
+        started = self._entered.get((wf["metadata"].get("uid", ""), state))
+        return 0.0 if started is None else self._clock() - started
+
+    # ------------------------------------------------------------------ companions
+
+    def _ensure_computes(self, wf: Mapping[str, Any]) -> dict[str, str]:
+        obj = self._ensure("computes", cmp.computes(wf))
+        meta = obj["metadata"]
+        return cmp.reference("Computes", meta["name"], meta["namespace"])
+
+    def _issue_token(self, wf: dict[str, Any]) -> None:
+        """The copy-offload token: a Secret in the workflow's namespace, named in status."""
+        status = wf["status"]
+        if status.get("workflowToken"):
+            return
+        secret = cmp.token_secret(wf, f"{self._rng.getrandbits(256):064x}")
+        self._ensure("secrets", secret)
+        status["workflowToken"] = {
+            "secretName": secret["metadata"]["name"],
+            "secretNamespace": secret["metadata"]["namespace"],
+        }
+
+    def _request_ports(self, uid: str, count: int) -> tuple[int, ...] | None:
+        if uid in self._ports:
+            return self._ports[uid]
+        if count > len(self._free_ports):
+            return None
+        taken, self._free_ports = self._free_ports[:count], self._free_ports[count:]
+        self._ports[uid] = tuple(taken)
+        return self._ports[uid]
+
+    def _release_ports(self, uid: str) -> None:
+        ports = self._ports.pop(uid, ())
+        if ports:
+            self._free_ports = sorted(self._free_ports + list(ports))
+
+    # ------------------------------------------------------------------ store helpers
+
+    def _count(self, plural: str) -> None:
+        with self._counter_lock:
+            self._writes[plural] += 1
+
+    def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._store.get(plural, namespace, name)
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def _ensure(self, plural: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj`` unless it exists; give it ``obj``'s status if it has another."""
+        meta = obj["metadata"]
+        try:
+            current = self._store.create(plural, meta["namespace"], obj)
+            self._count(plural)
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            current = self._store.get(plural, meta["namespace"], meta["name"])
+        if "status" in obj and current.get("status") != obj["status"]:
+            current = self._set_status(plural, current, obj["status"])
+        return current
+
+    def _set_status(
+        self, plural: str, obj: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Replace ``obj``'s status, re-reading on a conflict (bounded)."""
+        meta = obj["metadata"]
+        current = dict(obj)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            new = dict(copy.deepcopy(current), status=copy.deepcopy(dict(status)))
+            try:
+                written = self._store.replace(plural, meta["namespace"], meta["name"], new)
+                self._count(plural)
+                return written
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+                current = self._store.get(plural, meta["namespace"], meta["name"])
+        raise ApiError(
+            409, "Conflict", f"{plural} {meta['namespace']}/{meta['name']} kept changing"
+        )
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _who(wf: Mapping[str, Any]) -> str:
+    """How a log line names a workflow: namespace/name and the WLM's job id."""
+    meta = wf.get("metadata") or {}
+    job = (wf.get("spec") or {}).get("jobID", "?")
+    return f"{meta.get('namespace')}/{meta.get('name')} (job {job})"

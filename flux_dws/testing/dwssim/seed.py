@@ -1,0 +1,55 @@
+"""Seed a store with what a DWS + NNF system has before any job: rabbits and profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from flux_dws.testing.dwssim.companions import group_computes, system_configuration
+from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, PROFILE_PLURAL, seeded_profiles
+from flux_dws.testing.kubeapi.errors import ApiError
+
+
+def seed(
+    store: Any,
+    computes: Sequence[str] = (),
+    rabbits: Mapping[str, Sequence[str]] | None = None,
+    *,
+    per_rabbit: int = 16,
+    profiles: Iterable[Mapping[str, Any]] | None = None,
+) -> dict[str, list[str]]:
+    """Create the SystemConfiguration "default" and the NnfContainerProfiles; return the map.
+
+    ``rabbits`` maps each rabbit to the compute nodes it serves; without it ``computes`` are
+    given ``per_rabbit`` to a rabbit named rabbit-<n>.  ``profiles`` defaults to the
+    simulator's behaviour profiles (``PROFILES``).  Objects that already exist are replaced.
+    """
+    mapping = (
+        {r: list(c) for r, c in rabbits.items()}
+        if rabbits is not None
+        else group_computes(computes, per_rabbit)
+    )
+    for namespace in ("default", PROFILE_NAMESPACE):
+        try:
+            store.create("namespaces", None, {"metadata": {"name": namespace}})
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+    _put(store, "systemconfigurations", system_configuration(mapping))
+    for profile in seeded_profiles() if profiles is None else profiles:
+        _put(store, PROFILE_PLURAL, profile)
+    return mapping
+
+
+def _put(store: Any, plural: str, obj: Mapping[str, Any]) -> None:
+    meta = obj["metadata"]
+    try:
+        store.create(plural, meta["namespace"], obj)
+    except ApiError as exc:
+        if exc.code != 409:
+            raise
+        current = store.get(plural, meta["namespace"], meta["name"])
+        fresh = dict(
+            obj, metadata=dict(meta, resourceVersion=current["metadata"].get("resourceVersion"))
+        )
+        store.replace(plural, meta["namespace"], meta["name"], fresh)

@@ -1,0 +1,368 @@
+"""The dws jobtap plugin, in Python: what jobtap/dws-jobtap.c does inside the job-manager.
+
+It holds #DW jobs at DEPEND (dependency ``dws``), in the prolog and in the epilog (actions
+``dws``), describes them as job records, and serves ``job-manager.dws.*`` exactly as
+doc/protocol.rst says.  It reaches the job-manager only through the small jobtap-like API of
+:class:`JobManager`, so the C plugin can follow this file call for call.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from flux_dws.flux.transport import RpcError
+from flux_dws.fsd import format_fsd
+from flux_dws.loop import Loop, Timer
+from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, is_dw_job
+from flux_dws.testing.fakeflux.jobs import Job
+
+log = logging.getLogger(__name__)
+
+#: The plugin's name: its dependency, prolog and epilog actions are all called this.
+NAME = "dws"
+EVENT_PREFIX = "dws-"
+WAITING_REASON = "flux-dws service is not running"
+
+
+class JobManager(Protocol):
+    """What the plugin may ask of the job-manager (the jobtap API it uses)."""
+
+    loop: Loop
+    owner_uid: int
+    service_wait: float
+
+    def lookup(self, jobid: int) -> Job | None: ...
+    def active_jobs(self) -> list[Job]: ...
+    def post_event(self, job: Job, name: str, context: dict[str, Any]) -> None: ...
+    def dependency_add(self, job: Job, description: str) -> None: ...
+    def dependency_remove(self, job: Job, description: str) -> None: ...
+    def prolog_start(self, job: Job, description: str) -> None: ...
+    def prolog_finish(self, job: Job, description: str, status: int) -> None: ...
+    def epilog_start(self, job: Job, description: str) -> None: ...
+    def epilog_finish(self, job: Job, description: str, status: int) -> None: ...
+    def raise_exception_on(
+        self, job: Job, type: str, severity: int, note: str, userid: int
+    ) -> None: ...
+
+
+@dataclass
+class Request:
+    """One request message: who sent it, what it says, and how to answer it."""
+
+    method: str
+    userid: int
+    payload: dict[str, Any]
+    streaming: bool
+    respond: Callable[[dict[str, Any]], None]
+    fail: Callable[[RpcError], None]
+    client: object = None  # the connection it came on
+    channel: object = None  # its response channel, which the client may cancel
+
+
+@dataclass
+class Watcher:
+    """A ``watch`` stream and the record it was last sent for each job."""
+
+    request: Request
+    service: bool
+    sent: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def job_phase(job: Job) -> str:
+    """Where the plugin holds the job (doc/protocol.rst, Phases)."""
+    if job.state == "INACTIVE":
+        return "gone"
+    if job.prologs:
+        return "prolog"
+    if job.state == "CLEANUP":
+        return "epilog"
+    if job.started:
+        return "run"
+    if job.state == "RUN":
+        return "prolog"
+    if job.state == "DEPEND" and NAME in job.dependencies:
+        return "depend"
+    return "sched"
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """The job as the plugin describes it to watchers (doc/protocol.rst, Job records)."""
+    exc = job.exception
+    dws: dict[str, Any] = {}
+    for entry in job.eventlog:
+        if entry["name"].startswith(EVENT_PREFIX):
+            dws[entry["name"]] = entry["context"]
+    return copy.deepcopy(
+        {
+            "id": job.id,
+            "userid": job.userid,
+            "t_submit": job.t_submit,
+            "phase": job_phase(job),
+            "attributes": {
+                k: job.submitted[k] for k in (DW_KEY, TIMEOUT_KEY) if k in job.submitted
+            },
+            "hosts": job.hosts,
+            "started": job.started,
+            "exception": None if exc is None else {k: exc[k] for k in ("type", "severity", "note")},
+            "dws": dws,
+        }
+    )
+
+
+class DwsPlugin:
+    """The plugin's state: watchers, records not yet sent, service-wait timers."""
+
+    def __init__(self, jm: JobManager) -> None:
+        self.jm = jm
+        self.watchers: list[Watcher] = []
+        self._dirty: dict[int, Job] = {}
+        self._flush_pending = False
+        self._wait_timers: dict[int, Timer] = {}
+        self._methods: dict[str, Callable[[Request], dict[str, Any] | None]] = {
+            "watch": self._watch,
+            "list": self._list,
+            "release": self._release,
+            "prolog-finish": self._prolog_finish,
+            "epilog-finish": self._epilog_finish,
+            "raise": self._raise,
+            "post": self._post,
+        }
+
+    # ------------------------------------------------------------------ job callbacks
+
+    def job_state(self, job: Job) -> None:
+        """``job.state.*``: the job just entered ``job.state``."""
+        if not is_dw_job(job.submitted):
+            return
+        if job.state == "DEPEND":
+            self._hold_in_depend(job)
+        elif job.state == "RUN":
+            self.jm.prolog_start(job, NAME)
+        elif job.state == "CLEANUP":
+            self._cancel_wait(job.id)
+            if not job.started and not job.prologs:
+                self._start_epilog(job)
+        self._changed(job)
+
+    def job_event(self, job: Job, entry: Mapping[str, Any]) -> None:
+        """``job.event.*``: ``entry`` was just posted to the job's eventlog."""
+        if not is_dw_job(job.submitted):
+            return
+        name = entry["name"]
+        if name == "release" and entry["context"].get("final"):
+            self._start_epilog(job)  # the tasks are gone: storage may be torn down
+        elif name == "prolog-finish" and job.state == "CLEANUP" and not job.started:
+            self._start_epilog(job)  # exception during the prolog: the job never ran
+        self._changed(job)
+
+    def _hold_in_depend(self, job: Job) -> None:
+        self.jm.dependency_add(job, NAME)
+        if self._service_connected():
+            return
+        self.jm.post_event(job, "dws-waiting", {"reason": WAITING_REASON})
+        if math.isfinite(self.jm.service_wait):
+            timer = self.jm.loop.call_later(self.jm.service_wait, self._service_wait_over, job.id)
+            self._wait_timers[job.id] = timer
+
+    def _service_wait_over(self, jobid: int) -> None:
+        self._wait_timers.pop(jobid, None)
+        job = self.jm.lookup(jobid)
+        if job is None or job.state != "DEPEND" or self._service_connected():
+            return
+        wait = format_fsd(self.jm.service_wait)
+        note = f"{WAITING_REASON} after waiting {wait} ([dws] service-wait): storage not set up"
+        log.warning("job %d: %s; raising a dws exception", jobid, note)
+        self.jm.raise_exception_on(job, NAME, 0, note, self.jm.owner_uid)
+
+    def _cancel_wait(self, jobid: int) -> None:
+        timer = self._wait_timers.pop(jobid, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _start_epilog(self, job: Job) -> None:
+        started = any(
+            e["name"] == "epilog-start" and e["context"].get("description") == NAME
+            for e in job.eventlog
+        )
+        if not started:
+            self.jm.epilog_start(job, NAME)
+
+    def _service_connected(self) -> bool:
+        return any(w.service for w in self.watchers)
+
+    # ------------------------------------------------------------------ watch updates
+
+    def _changed(self, job: Job) -> None:
+        self._dirty[job.id] = job
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.jm.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send each watcher the records that changed since it last heard of them."""
+        self._flush_pending = False
+        dirty, self._dirty = self._dirty, {}
+        records = [job_record(job) for _, job in sorted(dirty.items())]
+        for watcher in list(self.watchers):
+            changed = []
+            for record in records:
+                last = watcher.sent.get(record["id"])
+                if record == last or (last is None and record["phase"] == "gone"):
+                    continue
+                changed.append(record)
+                if record["phase"] == "gone":
+                    del watcher.sent[record["id"]]
+                else:
+                    watcher.sent[record["id"]] = record
+            if changed:
+                watcher.request.respond({"snapshot": False, "jobs": changed})
+
+    def disconnect(self, client: object, channel: object | None = None) -> None:
+        """The client went away (``channel`` None) or cancelled one stream."""
+        self.watchers = [
+            w
+            for w in self.watchers
+            if w.request.client is not client
+            or (channel is not None and w.request.channel is not channel)
+        ]
+
+    def shutdown(self) -> None:
+        """The job-manager is going away: end every stream, as unloading the plugin does."""
+        for watcher in self.watchers:
+            watcher.request.fail(RpcError(errno.ENOSYS, "job-manager.dws: plugin unloaded"))
+        self.watchers = []
+        for jobid in list(self._wait_timers):
+            self._cancel_wait(jobid)
+
+    # ------------------------------------------------------------------ methods
+
+    def handle(self, req: Request) -> None:
+        """Answer one ``job-manager.dws.<method>`` request."""
+        try:
+            method = self._methods.get(req.method)
+            if method is None:
+                raise RpcError(errno.ENOSYS, f"job-manager.dws.{req.method}: no such method")
+            if req.userid != self.jm.owner_uid:
+                raise RpcError(
+                    errno.EPERM,
+                    f"job-manager.dws.{req.method}: only the instance owner may use this method",
+                )
+            response = method(req)
+        except RpcError as err:
+            req.fail(err)
+            return
+        if response is not None:
+            req.respond(response)
+
+    def _watch(self, req: Request) -> None:
+        if not req.streaming:
+            raise RpcError(errno.EPROTO, "job-manager.dws.watch: a streaming request is required")
+        service = req.payload.get("service", False)
+        if not isinstance(service, bool):
+            raise RpcError(errno.EPROTO, "job-manager.dws.watch: service must be true or false")
+        watcher = Watcher(req, service)
+        records = self._records()
+        watcher.sent = {r["id"]: r for r in records}
+        req.respond({"snapshot": True, "jobs": records})
+        self.watchers.append(watcher)
+        if service:
+            for jobid in list(self._wait_timers):
+                self._cancel_wait(jobid)
+
+    def _list(self, req: Request) -> dict[str, Any]:
+        return {"jobs": self._records()}
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [job_record(job) for job in self.jm.active_jobs() if is_dw_job(job.submitted)]
+
+    def _release(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        update = req.payload.get("update", {})
+        if not isinstance(update, dict) or not all(
+            isinstance(k, str) and k.startswith("attributes.") for k in update
+        ):
+            raise RpcError(
+                errno.EPROTO, "job-manager.dws.release: update must map attributes.* keys to values"
+            )
+        if job.state != "DEPEND" or NAME not in job.dependencies:
+            raise RpcError(errno.EINVAL, f"job {job.id} is not waiting for its workflow")
+        if update:
+            self.jm.post_event(job, "jobspec-update", update)
+        self.jm.dependency_remove(job, NAME)
+        return {}
+
+    def _prolog_finish(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        success = req.payload.get("success")
+        env = req.payload.get("env", {})
+        if not isinstance(success, bool):
+            raise RpcError(errno.EPROTO, "job-manager.dws.prolog-finish: success must be a boolean")
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise RpcError(
+                errno.EPROTO, "job-manager.dws.prolog-finish: env must map names to strings"
+            )
+        if NAME not in job.prologs:
+            raise RpcError(errno.EINVAL, f"job {job.id} has no active dws prolog")
+        if success:
+            self.jm.post_event(job, "dws-environment", {"env": env})
+        self.jm.prolog_finish(job, NAME, 0 if success else 1)
+        return {}
+
+    def _epilog_finish(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        if NAME not in job.epilogs:
+            raise RpcError(errno.EINVAL, f"job {job.id} has no active dws epilog")
+        self.jm.epilog_finish(job, NAME, 0)
+        return {}
+
+    def _raise(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        type_ = req.payload.get("type")
+        severity = req.payload.get("severity", 0)
+        note = req.payload.get("note", "")
+        if not isinstance(type_, str) or not type_ or any(c.isspace() for c in type_):
+            raise RpcError(errno.EPROTO, "job-manager.dws.raise: type must be one word")
+        if not _is_int(severity) or not 0 <= severity <= 7 or not isinstance(note, str):
+            raise RpcError(
+                errno.EPROTO, "job-manager.dws.raise: severity must be 0-7 and note a string"
+            )
+        if job.state == "INACTIVE":
+            raise RpcError(errno.EINVAL, f"job {job.id} is inactive")
+        if severity == 0 and job.exception is not None:
+            first = job.exception["type"]
+            raise RpcError(errno.EINVAL, f"job {job.id} already has a fatal {first} exception")
+        self.jm.raise_exception_on(job, type_, severity, note, req.userid)
+        return {}
+
+    def _post(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        name = req.payload.get("name")
+        context = req.payload.get("context", {})
+        if not isinstance(name, str) or not name.startswith(EVENT_PREFIX) or name == EVENT_PREFIX:
+            raise RpcError(errno.EINVAL, f"event name {name!r} must start with {EVENT_PREFIX!r}")
+        if not isinstance(context, dict):
+            raise RpcError(errno.EPROTO, "job-manager.dws.post: context must be an object")
+        if job.state == "INACTIVE":
+            raise RpcError(errno.ENOENT, f"job {job.id} is not held by the dws plugin")
+        self.jm.post_event(job, name, context)
+        return {}
+
+    def _dw_job(self, req: Request) -> Job:
+        """The #DW job the request names (inactive ones too); ENOENT for any other."""
+        jobid = req.payload.get("id")
+        if not _is_int(jobid):
+            raise RpcError(errno.EPROTO, f"job-manager.dws.{req.method}: id must be a job ID")
+        job = self.jm.lookup(jobid)
+        if job is None or not is_dw_job(job.submitted):
+            raise RpcError(errno.ENOENT, f"job {jobid} is not held by the dws plugin")
+        return job
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,613 @@
+"""KubeApi: the store served over HTTP/1.1 on 127.0.0.1 for the real kubernetes client and kubectl.
+
+Routing and the HTTP details live here; object semantics live in the store.  Watches stream
+newline-delimited JSON events with chunked transfer encoding; a too-old resourceVersion is a
+200 answer carrying one ERROR event with a 410 Status, as a real API server sends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from . import discovery, errors
+from .errors import ApiError
+from .faults import Faults
+from .resources import Resource, lookup
+from .store import Store, Watch
+from .tables import table, wants_table
+
+log = logging.getLogger("flux_dws.testing.kubeapi")
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+IDLE_PROBE = 1.0  # seconds between checks that a quiet watch's client is still there
+
+
+@dataclass(frozen=True)
+class ResourcePath:
+    resource: Resource
+    version: str
+    namespace: str | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class DiscoveryPath:
+    doc: str  # root | version | api | apis | group | resources
+    group: str = ""
+    version: str = ""
+
+
+def parse_path(path: str) -> ResourcePath | DiscoveryPath:
+    """Map a URL path onto a discovery document or a resource (404 ApiError otherwise)."""
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        return DiscoveryPath("root")
+    if parts == ["version"]:
+        return DiscoveryPath("version")
+    if parts[0] == "api" and len(parts) == 1:
+        return DiscoveryPath("api")
+    if parts[0] == "apis" and len(parts) <= 2:
+        return DiscoveryPath("apis") if len(parts) == 1 else DiscoveryPath("group", parts[1])
+    if parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise _not_found()
+    if not rest:
+        return DiscoveryPath("resources", group, version)
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    if len(rest) > 2:
+        raise _not_found()  # no subresources (DWS has no status subresource)
+    resource = lookup(group, version, rest[0])
+    name = rest[1] if len(rest) == 2 else None
+    if (namespace is not None and not resource.namespaced) or (
+        resource.namespaced and name is not None and namespace is None
+    ):
+        raise _not_found()
+    return ResourcePath(resource, version, namespace, name)
+
+
+def verb_of(method: str, target: ResourcePath, query: dict[str, str]) -> str:
+    """The Kubernetes verb of a request (as used in counts and faults)."""
+    item = target.name is not None
+    verbs = {
+        ("GET", True): "get",
+        ("GET", False): "watch" if query.get("watch") in ("true", "1") else "list",
+        ("POST", False): "create",
+        ("PUT", True): "update",
+        ("PATCH", True): "patch",
+        ("DELETE", True): "delete",
+    }
+    try:
+        return verbs[(method, item)]
+    except KeyError:
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ) from None
+
+
+def injected_error(code: int, retry_after: int, plural: str) -> ApiError:
+    """The Status a real API server would send with ``code`` (for injected faults)."""
+    if code == 409:
+        return ApiError(
+            409,
+            "Conflict",
+            f"Operation cannot be fulfilled on {plural}: the object has been modified; please"
+            " apply your changes to the latest version and try again",
+        )
+    if code == 504:
+        return ApiError(
+            504, "Timeout", "Timeout: request did not complete within the allotted time"
+        )
+    if code == 429:
+        return ApiError(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+            {"retryAfterSeconds": retry_after},
+        )
+    if code == 503:
+        return ApiError(
+            503, "ServiceUnavailable", "the server is currently unable to handle the request"
+        )
+    return ApiError(code, "InternalError", "Internal error occurred: injected fault")
+
+
+class _Stream:
+    """An open HTTP watch stream, so faults can cut it."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+        self.cut: str | None = None  # None | "graceful" | "abrupt"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    api: KubeApi
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "flux-dws-kubeapi"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Answers are written in pieces (headers, body, watch events): without NODELAY, Nagle
+        # and delayed ACKs add ~40 ms to each.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.api._connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.api._connections.discard(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:  # noqa: N802 (stdlib naming)
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._handle("DELETE")
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def _handle(self, method: str) -> None:
+        api = self.server.api
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        try:
+            body = self._read_body()
+            target = parse_path(url.path)
+            if isinstance(target, ResourcePath) and not api.serves(target.resource.group):
+                raise _not_found()
+            if isinstance(target, DiscoveryPath):
+                if method != "GET":
+                    raise ApiError(405, "MethodNotAllowed", "discovery documents are read-only")
+                self._send_json(200, api.discovery(target))
+                return
+            verb = verb_of(method, target, query)
+            api._count(verb, target.resource.plural)
+            decision = api.faults.decide(target.resource.plural, verb)
+            if decision.latency:
+                time.sleep(decision.latency)
+            if decision.drop:
+                log.info("fault: dropping %s %s", method, url.path)
+                self._abort()
+                return
+            if decision.error is not None:
+                log.info("fault: answering %s %s with %d", method, url.path, decision.error)
+                retry = api.faults.settings.retry_after
+                headers = {"Retry-After": str(retry)} if decision.error == 429 else {}
+                self._send_error(
+                    injected_error(decision.error, retry, target.resource.plural), headers
+                )
+                return
+            self._serve(verb, target, query, body)
+        except ApiError as exc:
+            self._send_error(exc)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # never let a bug kill the connection silently
+            log.exception("kubeapi: %s %s failed", method, self.path)
+            self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
+
+    def _serve(self, verb: str, target: ResourcePath, query: dict[str, str], body: Any) -> None:
+        store = self.server.api.store
+        plural, namespace, name = target.resource.plural, target.namespace, target.name
+        if verb == "watch":
+            self._serve_watch(target, query)
+            return
+        if verb == "list":
+            items, rv = store.list(
+                plural, namespace, query.get("labelSelector"), query.get("fieldSelector")
+            )
+            items = [self._versioned(target, obj) for obj in items]
+            if wants_table(self.headers.get("Accept", "")):
+                self._send_json(200, self._table(target, items, rv, query))
+                return
+            kind = f"{target.resource.kind}List"
+            api_version = target.resource.api_version(target.version)
+            meta = {"resourceVersion": rv}
+            self._send_json(
+                200, {"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}
+            )
+            return
+        if verb == "get":
+            obj = self._versioned(target, store.get(plural, namespace, name or ""))
+            if wants_table(self.headers.get("Accept", "")):
+                rv = obj["metadata"]["resourceVersion"]
+                self._send_json(200, self._table(target, [obj], rv, query))
+            else:
+                self._send_json(200, obj)
+        elif verb == "create":
+            created = store.create(plural, namespace, _object_body(body))
+            self._send_json(201, self._versioned(target, created))
+        elif verb == "update":
+            replaced = store.replace(plural, namespace, name or "", _object_body(body))
+            self._send_json(200, self._versioned(target, replaced))
+        elif verb == "patch":
+            patch = self._patch_body(target, body)
+            self._send_json(
+                200, self._versioned(target, store.patch(plural, namespace, name or "", patch))
+            )
+        elif verb == "delete":
+            options = body if isinstance(body, dict) else {}
+            gone = store.delete(plural, namespace, name or "", options.get("preconditions"))
+            meta = gone["metadata"]
+            if meta.get("finalizers"):
+                self._send_json(200, self._versioned(target, gone))
+            else:
+                details = {"name": meta["name"], "kind": plural, "uid": meta.get("uid")}
+                if target.resource.group:
+                    details["group"] = target.resource.group
+                status = {"kind": "Status", "apiVersion": "v1", "metadata": {}}
+                self._send_json(200, {**status, "status": "Success", "details": details})
+
+    def _serve_watch(self, target: ResourcePath, query: dict[str, str]) -> None:
+        api = self.server.api
+        rv = query.get("resourceVersion") or ""
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        as_table = wants_table(self.headers.get("Accept", ""))  # kubectl get -w
+        timeout = _float(query.get("timeoutSeconds"), api.default_watch_timeout)
+        failure: ApiError | None = None
+        watch: Watch | None = None
+        if rv not in ("", "0") and api.faults.take_forced_410():
+            log.info("fault: forcing 410 for watch of %s from %s", target.resource.plural, rv)
+            failure = errors.expired(
+                int(rv) if rv.isdigit() else 0, int(api.store.resource_version)
+            )
+        else:
+            try:
+                watch = api.store.watch(
+                    target.resource.plural,
+                    target.namespace,
+                    query.get("labelSelector"),
+                    rv or "0",  # unset means "start with the current state", as in Kubernetes
+                    query.get("fieldSelector"),
+                    api.bookmark_interval if bookmarks else None,
+                )
+            except ApiError as exc:
+                if exc.code != 410:
+                    raise
+                failure = exc
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if watch is None:
+            assert failure is not None
+            self._write_event("ERROR", failure.status())
+            self._write_chunk(b"")
+            return
+        stream = _Stream(watch)
+        api._open_stream(stream)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                event = watch.next(min(remaining, IDLE_PROBE))
+                if event is None:
+                    if stream.cut == "abrupt":
+                        self._abort()
+                        return
+                    if watch.closed or self._client_gone():
+                        break
+                    continue
+                kind, obj = event
+                obj["apiVersion"] = target.resource.api_version(target.version)
+                if as_table and kind != "BOOKMARK":
+                    obj = self._table(target, [obj], obj["metadata"]["resourceVersion"], query)
+                self._write_event(kind, obj)
+            self._write_chunk(b"")
+        except OSError:
+            self.close_connection = True
+        except Exception:  # headers are out: a Status cannot follow, so end the stream
+            log.exception("kubeapi: watch of %s failed", target.resource.plural)
+            self._abort()
+        finally:
+            watch.close()
+            api._close_stream(stream)
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _versioned(self, target: ResourcePath, obj: dict) -> dict:
+        obj["apiVersion"] = target.resource.api_version(target.version)
+        return obj
+
+    def _table(self, target: ResourcePath, items: list[dict], rv: str, query: dict) -> dict:
+        now = datetime.now(timezone.utc)
+        include = query.get("includeObject", "Metadata")
+        return table(target.resource, items, rv, now, include)
+
+    def _patch_body(self, target: ResourcePath, body: Any) -> Any:
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if content_type == JSON_PATCH:
+            if not isinstance(body, list):
+                raise errors.bad_request("a JSON patch must be a list of operations")
+            return body
+        if content_type == MERGE_PATCH or (
+            content_type == STRATEGIC_PATCH and not target.resource.group
+        ):
+            return _object_body(body)
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types include:"
+            f" {JSON_PATCH}, {MERGE_PATCH}"
+            + (f", {STRATEGIC_PATCH}" if not target.resource.group else ""),
+        )
+
+    def _read_body(self) -> Any:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = self._read_chunked()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(length) if length else b""
+        if not data.strip():
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise errors.bad_request(
+                f"couldn't get version/kind; json parse error: {exc}"
+            ) from None
+
+    def _read_chunked(self) -> bytes:
+        data = b""
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline().strip():
+                    pass
+                return data
+            data += self.rfile.read(size)
+            self.rfile.readline()
+
+    def _send_json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_error(self, exc: ApiError, headers: dict[str, str] | None = None) -> None:
+        log.debug("kubeapi: %s %s -> %d %s", self.command, self.path, exc.code, exc.message)
+        try:
+            self._send_json(exc.code, exc.status(), headers)
+        except OSError:
+            self.close_connection = True
+
+    def _write_event(self, kind: str, obj: dict) -> None:
+        self._write_chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed an idle watch connection (so its thread can end)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _abort(self) -> None:
+        """Close the connection without (the rest of) an answer."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+class KubeApi:
+    """The HTTP server around a Store.  ``start()`` serves from a background thread."""
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookmark_interval: float = 1.0,
+        default_watch_timeout: float = 1800.0,
+        seed: int = 0,
+        groups: Iterable[str] | None = None,
+    ) -> None:
+        """``groups``: the named API groups to serve (None: all; the core group always)."""
+        self.store = store if store is not None else Store()
+        self.faults = Faults(seed)
+        self.faults.on_cut(self._cut_streams)
+        self.bookmark_interval = bookmark_interval
+        self.groups = frozenset(groups) if groups is not None else None
+        self.default_watch_timeout = default_watch_timeout
+        self._host = host
+        self._port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._counts_lock = threading.Lock()
+        self._streams: set[_Stream] = set()
+        self._streams_lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self.kubeconfig: str | None = None  # the last path write_kubeconfig wrote
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> KubeApi:
+        if self._server is not None:
+            return self
+        server = _Server((self._host, self._port), _Handler)
+        server.api = self
+        self._server = server
+        self._port = server.server_address[1]
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.02},  # stop() waits up to this long
+            name=f"kubeapi-{self._port}",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("kubeapi: serving on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        self._cut_streams(graceful=False)
+        for connection in list(self._connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        log.info("kubeapi: stopped %s", self.url)
+
+    def __enter__(self) -> KubeApi:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    def write_kubeconfig(self, path: str, namespace: str = "default") -> str:
+        """A kubeconfig for kubectl and the kubernetes client (insecure http, dummy token)."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubeapi", "cluster": {"server": self.url}}],
+            "users": [{"name": "kubeapi", "user": {"token": "kubeapi-dummy-token"}}],
+            "contexts": [
+                {
+                    "name": "kubeapi",
+                    "context": {"cluster": "kubeapi", "user": "kubeapi", "namespace": namespace},
+                }
+            ],
+            "current-context": "kubeapi",
+            "preferences": {},
+        }
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "w") as handle:
+            json.dump(config, handle, indent=2)  # JSON is YAML: both clients read it
+        self.kubeconfig = path
+        return path
+
+    # ---- observation ---------------------------------------------------------------------
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Requests received so far by (verb, plural), faulted ones included."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def reset_counts(self) -> None:
+        with self._counts_lock:
+            self._counts.clear()
+
+    def open_watches(self) -> int:
+        """Watch streams being served now (a cut stream no longer counts)."""
+        with self._streams_lock:
+            return len(self._streams)
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def serves(self, group: str) -> bool:
+        return not group or self.groups is None or group in self.groups
+
+    def discovery(self, target: DiscoveryPath) -> dict:
+        if target.doc == "root":
+            return discovery.root_paths(self.groups)
+        if target.doc == "version":
+            return dict(discovery.VERSION_INFO)
+        if target.doc == "api":
+            return discovery.api_versions(f"{self._host}:{self._port}")
+        if target.doc == "apis":
+            return discovery.api_group_list(self.groups)
+        if target.doc == "group":
+            return discovery.api_group(target.group, self.groups)
+        return discovery.resource_list(target.group, target.version, self.groups)
+
+    def _count(self, verb: str, plural: str) -> None:
+        with self._counts_lock:
+            self._counts[(verb, plural)] += 1
+
+    def _open_stream(self, stream: _Stream) -> None:
+        with self._streams_lock:
+            self._streams.add(stream)
+
+    def _close_stream(self, stream: _Stream) -> None:
+        with self._streams_lock:
+            self._streams.discard(stream)
+
+    def _cut_streams(self, graceful: bool) -> None:
+        """End every open watch stream; they stop counting as open at once."""
+        with self._streams_lock:
+            streams, self._streams = self._streams, set()
+        how = "graceful" if graceful else "abrupt"
+        log.info("fault: cutting %d watch stream(s) (%s)", len(streams), how)
+        for stream in streams:
+            stream.cut = how
+            stream.watch.close()
+
+
+def _object_body(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise errors.bad_request("the request body must be a JSON object")
+    return body
+
+
+def _float(text: str | None, default: float) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        raise errors.bad_request(f"invalid timeoutSeconds {text!r}") from None
+
+
+def _not_found() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource")

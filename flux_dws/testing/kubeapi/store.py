@@ -1,0 +1,639 @@
+"""An in-memory object store with Kubernetes semantics: the state behind the stand-in API server.
+
+One lock guards everything; every mutation takes the next integer resourceVersion and appends
+one event to a bounded history, from which watches replay.  Objects are copied on the way in
+and out, so callers never share mutable state with the store.  Semantics follow the API server
+where tests can observe them: 404/409/410/422 Status errors, optimistic concurrency, finalizers
+with deletionTimestamp, no-op updates that keep the resourceVersion, and label-filtered watches
+that turn an object leaving the selector into DELETED.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import string
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional
+
+from . import errors
+from .errors import ApiError
+from .resources import Resource, by_plural
+from .selectors import fields_match, matches, parse_field_selector, parse_label_selector
+
+__all__ = ["ApiError", "Hook", "Store", "Watch"]
+
+#: hook(operation "CREATE"|"UPDATE", old object or None, new object) -> mutated object or None.
+Hook = Callable[[str, Optional[dict], dict], Optional[dict]]
+
+DEFAULT_HISTORY = 1000
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_HELP = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or"
+    " '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used"
+    " for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+# metadata the server owns: kept from the stored object on every update.
+_SYSTEM_METADATA = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+)
+
+
+@dataclass(frozen=True)
+class _Event:
+    rv: int
+    plural: str
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: dict  # the committed object; never mutated after commit
+    prev: dict | None
+
+
+class Watch:
+    """A stream of events for one resource, filtered by namespace and selectors.
+
+    ``next`` returns ('ADDED'|'MODIFIED'|'DELETED'|'BOOKMARK', object) or None on timeout or once
+    closed.  With a bookmark interval, a quiet stream yields a BOOKMARK carrying only
+    metadata.resourceVersion: every matching event up to that version has been delivered.
+    """
+
+    def __init__(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        start_rv: int,
+        bookmark_interval: float | None,
+        on_close: Callable[[Watch], None],
+    ) -> None:
+        self.resource = resource
+        self._namespace = namespace if resource.namespaced else None
+        self._labels = parse_label_selector(label_selector)
+        self._fields = parse_field_selector(field_selector)
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[str, str]] = deque()
+        self._seen_rv = start_rv
+        self._bookmark_interval = bookmark_interval
+        self._last_emit = time.monotonic()
+        self._closed = False
+        self._on_close = on_close
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def next(self, timeout: float) -> tuple[str, dict] | None:
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while True:
+                if self._queue:
+                    kind, text = self._queue.popleft()
+                    self._last_emit = time.monotonic()
+                    return kind, json.loads(text)
+                if self._closed:
+                    return None
+                now = time.monotonic()
+                wake = deadline
+                if self._bookmark_interval is not None:
+                    due = self._last_emit + self._bookmark_interval
+                    if now >= due:
+                        self._last_emit = now
+                        return "BOOKMARK", self._bookmark_object()
+                    wake = min(wake, due)
+                if now >= deadline:
+                    return None
+                self._cond.wait(wake - now)
+
+    def bookmark(self) -> tuple[str, dict] | None:
+        """A BOOKMARK for the current position, or None while events are still queued."""
+        with self._cond:
+            if self._queue or self._closed:
+                return None
+            self._last_emit = time.monotonic()
+            return "BOOKMARK", self._bookmark_object()
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+        self._on_close(self)
+
+    def _bookmark_object(self) -> dict:
+        return {
+            "kind": self.resource.kind,
+            "apiVersion": self.resource.api_version(),
+            "metadata": {"resourceVersion": str(self._seen_rv)},
+        }
+
+    def _wants(self, obj: dict | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata", {})
+        if self._namespace is not None and meta.get("namespace") != self._namespace:
+            return False
+        return matches(self._labels, meta.get("labels")) and fields_match(self._fields, obj)
+
+    def _offer(self, event: _Event | None, rv: int) -> None:
+        """Called under the store lock for every commit (event None: another resource)."""
+        delivered = None
+        if event is not None and event.plural == self.resource.plural:
+            delivered = self._translate(event)
+        with self._cond:
+            if self._closed:
+                return
+            self._seen_rv = max(self._seen_rv, rv)
+            if delivered is not None:
+                self._queue.append(delivered)
+                self._cond.notify_all()
+
+    def _push_added(self, obj: dict) -> None:
+        with self._cond:
+            self._queue.append(("ADDED", json.dumps(obj)))
+
+    def _translate(self, event: _Event) -> tuple[str, str] | None:
+        now_in = event.type != "DELETED" and self._wants(event.obj)
+        was_in = event.type != "ADDED" and self._wants(
+            event.prev if event.type == "MODIFIED" else event.obj
+        )
+        if event.type == "MODIFIED" and was_in and not now_in:
+            # Left the selector: DELETED with the old content at the new version, as k8s does.
+            gone = json.loads(json.dumps(event.prev))
+            gone["metadata"]["resourceVersion"] = str(event.rv)
+            return "DELETED", json.dumps(gone)
+        if now_in:
+            return ("ADDED" if not was_in else "MODIFIED"), json.dumps(event.obj)
+        if event.type == "DELETED" and was_in:
+            return "DELETED", json.dumps(event.obj)
+        return None
+
+
+class Store:
+    """Thread-safe in-memory objects keyed by (plural, namespace, name).
+
+    A new store holds the ``namespaces`` it was given (so "default" exists, at
+    resourceVersion 1) and, with ``webhooks``, the DWS Workflow admission webhook.
+    """
+
+    def __init__(
+        self,
+        history_limit: int = DEFAULT_HISTORY,
+        webhooks: bool = True,
+        namespaces: tuple[str, ...] = ("default",),
+    ) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[tuple[str, str], dict]] = {}
+        self._rv = 0
+        self._history: deque[_Event] = deque()
+        self._history_limit = max(0, history_limit)
+        self._floor = 0  # every event with rv > floor is still in the history
+        self._watchers: set[Watch] = set()
+        self._hooks: dict[str, list[Hook]] = {}
+        if webhooks:
+            from .admission import register_workflow_webhook
+
+            register_workflow_webhook(self)
+        for namespace in namespaces:
+            self.create("namespaces", None, {"metadata": {"name": namespace}})
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return str(self._rv)
+
+    def get(self, plural: str, namespace: str | None, name: str) -> dict:
+        resource = by_plural(plural)
+        with self._lock:
+            return _copy(self._existing(resource, namespace, name))
+
+    def list(
+        self,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[dict], str]:
+        resource = by_plural(plural)
+        labels = parse_label_selector(label_selector)
+        fields = parse_field_selector(field_selector)
+        with self._lock:
+            table = self._objects.get(plural, {})
+            items = [
+                _copy(table[key])
+                for key in sorted(table)
+                if (namespace is None or not resource.namespaced or key[0] == namespace)
+                and matches(labels, table[key]["metadata"].get("labels"))
+                and fields_match(fields, table[key])
+            ]
+            return items, str(self._rv)
+
+    # ---- writes --------------------------------------------------------------------------
+
+    def create(self, plural: str, namespace: str | None, obj: dict) -> dict:
+        resource = by_plural(plural)
+        new = _copy(obj)
+        if not isinstance(new, dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        _check_type(resource, new)
+        meta = new.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        namespace = _scope(resource, namespace, meta)
+        if meta.get("resourceVersion"):
+            raise ApiError(
+                500,
+                "InternalError",
+                "Internal error occurred: resourceVersion should not be set on objects to be"
+                " created",
+            )
+        if not meta.get("name") and meta.get("generateName"):
+            suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+            meta["name"] = f"{meta['generateName']}{suffix}"
+        _check_name(resource, meta.get("name"))
+        for field in _SYSTEM_METADATA:
+            meta.pop(field, None)
+        if resource.namespaced:
+            meta["namespace"] = namespace
+        _normalize(resource, new)
+        with self._lock:
+            new = self._admit(resource, "CREATE", None, new)
+            key = (namespace, new["metadata"]["name"])
+            if key in self._objects.get(plural, {}):
+                raise errors.already_exists(resource.qualified, key[1])
+            meta = new["metadata"]
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1, name=key[1])
+            if resource.namespaced:
+                meta["namespace"] = namespace
+            return _copy(self._commit(resource, key, "ADDED", new, None))
+
+    def replace(self, plural: str, namespace: str | None, name: str, obj: dict) -> dict:
+        """PUT: 409 Conflict when obj's metadata.resourceVersion is set and stale."""
+        resource = by_plural(plural)
+        new = _copy(obj)
+        if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        _check_type(resource, new)
+        with self._lock:
+            old = self._existing(resource, namespace, name)
+            wanted = new.get("metadata", {}).get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise errors.conflict(resource.qualified, name)
+            return _copy(self._update(resource, old, new))
+
+    def patch(self, plural: str, namespace: str | None, name: str, patch: Any) -> dict:
+        """RFC 7386 merge patch (a dict) or RFC 6902 JSON patch (a list of operations).
+
+        A metadata.resourceVersion in the result is a precondition, as in Kubernetes.
+        """
+        from .patches import json_patch, merge_patch
+
+        resource = by_plural(plural)
+        patch = _copy(patch)
+        with self._lock:
+            old = self._existing(resource, namespace, name)
+            if isinstance(patch, list):
+                new = json_patch(old, patch)
+            elif isinstance(patch, dict):
+                new = merge_patch(_copy(old), patch)  # never share parts of the stored object
+            else:
+                raise errors.bad_request("the patch must be a JSON object or a JSON patch list")
+            if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+                raise errors.bad_request("the patched object must keep its metadata")
+            wanted = new["metadata"].get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise errors.conflict(resource.qualified, name)
+            _check_type(resource, new)
+            return _copy(self._update(resource, old, new))
+
+    def delete(
+        self,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        preconditions: dict | None = None,
+    ) -> dict:
+        """Delete now, or with finalizers set deletionTimestamp and keep the object.
+
+        Returns the object as last stored (still present exactly when it has finalizers).
+        """
+        resource = by_plural(plural)
+        with self._lock:
+            old = self._existing(resource, namespace, name)
+            _check_preconditions(resource, old, preconditions or {})
+            key = _key(resource, old)
+            if old["metadata"].get("finalizers"):
+                if old["metadata"].get("deletionTimestamp"):
+                    return _copy(old)
+                new = _copy(old)
+                new["metadata"]["deletionTimestamp"] = _now()
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                new["metadata"]["generation"] = old["metadata"].get("generation", 0) + 1
+                return _copy(self._commit(resource, key, "MODIFIED", new, old))
+            return _copy(self._commit(resource, key, "DELETED", _copy(old), old))
+
+    # ---- watches -------------------------------------------------------------------------
+
+    def watch(
+        self,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        field_selector: str | None = None,
+        bookmark_interval: float | None = None,
+    ) -> Watch:
+        """Events after ``resource_version``.
+
+        None or "" starts from now; "0" first sends a synthetic ADDED for every matching object
+        (as Kubernetes does); a version older than the retained history raises 410 Expired.
+        """
+        resource = by_plural(plural)
+        with self._lock:
+            start = self._rv
+            replay_from: int | None = None
+            if resource_version not in (None, "", "0"):
+                replay_from = _parse_rv(str(resource_version))
+                if replay_from < self._floor:
+                    raise errors.expired(replay_from, self._floor)
+                start = max(start, replay_from)
+            watch = Watch(
+                resource,
+                namespace,
+                label_selector,
+                field_selector,
+                start,
+                bookmark_interval,
+                self._unregister,
+            )
+            if resource_version == "0":
+                for obj in self.list(plural, namespace, label_selector, field_selector)[0]:
+                    watch._push_added(obj)
+            elif replay_from is not None:
+                for event in self._history:
+                    if event.rv > replay_from:
+                        watch._offer(event, event.rv)
+            self._watchers.add(watch)
+            return watch
+
+    def compact(self) -> None:
+        """Forget the event history: watches from any earlier version now get 410."""
+        with self._lock:
+            self._history.clear()
+            self._floor = self._rv
+
+    def set_history_limit(self, limit: int) -> None:
+        with self._lock:
+            self._history_limit = max(0, limit)
+            self._trim()
+
+    def close_watches(self) -> None:
+        """Close every open watch (their next() returns None)."""
+        with self._lock:
+            watchers = list(self._watchers)
+        for watch in watchers:
+            watch.close()
+
+    # ---- admission and persistence -------------------------------------------------------
+
+    def add_admission(self, plural: str, hook: Hook) -> None:
+        """Run ``hook`` on each CREATE and UPDATE of ``plural``; it may mutate or raise ApiError."""
+        by_plural(plural)
+        with self._lock:
+            self._hooks.setdefault(plural, []).append(hook)
+
+    def dump(self) -> dict:
+        """Every object and the current resourceVersion, as JSON-ready data."""
+        with self._lock:
+            objects = [_copy(o) for table in self._objects.values() for o in table.values()]
+            return {"resourceVersion": self._rv, "objects": objects}
+
+    def load(self, state: dict) -> None:
+        """Replace the contents with a dump(); the event history starts empty."""
+        with self._lock:
+            self._objects = {}
+            for obj in state.get("objects", []):
+                resource = _resource_of(obj)
+                self._objects.setdefault(resource.plural, {})[_key(resource, obj)] = _copy(obj)
+            self._rv = int(state.get("resourceVersion", 0))
+            self.compact()
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _existing(self, resource: Resource, namespace: str | None, name: str) -> dict:
+        key = (namespace or "" if resource.namespaced else "", name)
+        found = self._objects.get(resource.plural, {}).get(key)
+        if found is None:
+            raise errors.not_found(resource.qualified, name)
+        return found
+
+    def _update(self, resource: Resource, old: dict, new: dict) -> dict:
+        old_meta, meta = old["metadata"], new.setdefault("metadata", {})
+        for field, label in (("name", "name"), ("namespace", "namespace")):
+            if meta.get(field) and meta[field] != old_meta.get(field):
+                raise errors.bad_request(
+                    f"the {label} of the object ({meta[field]}) does not match the {label} on"
+                    f" the URL ({old_meta.get(field)})"
+                )
+        for field in (*_SYSTEM_METADATA, "name", "namespace"):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        _normalize(resource, new)
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
+            if added:
+                raise errors.invalid(
+                    resource.kind_group,
+                    old_meta["name"],
+                    [
+                        "metadata.finalizers: Forbidden: no new finalizers can be added if the"
+                        f" object is being deleted, found new finalizers {sorted(added)!r}"
+                    ],
+                )
+        new = self._admit(resource, "UPDATE", old, new)
+        key = _key(resource, old)
+        if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return self._commit(resource, key, "DELETED", new, old)
+        if _without_version(new) == _without_version(old):
+            return old
+        if _content(new) != _content(old):
+            new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
+        return self._commit(resource, key, "MODIFIED", new, old)
+
+    def _admit(self, resource: Resource, operation: str, old: dict | None, new: dict) -> dict:
+        for hook in self._hooks.get(resource.plural, ()):
+            try:
+                result = hook(operation, _copy(old) if old is not None else None, new)
+            except ApiError:
+                raise
+            except Exception as exc:  # a crashing webhook is a 500, as with a real one
+                raise ApiError(
+                    500, "InternalError", f"Internal error occurred: admission hook failed: {exc}"
+                ) from exc
+            if result is not None:
+                new = result
+        return _copy(new)
+
+    def _commit(
+        self,
+        resource: Resource,
+        key: tuple[str, str],
+        event_type: str,
+        new: dict,
+        prev: dict | None,
+    ) -> dict:
+        self._rv += 1
+        new["metadata"]["resourceVersion"] = str(self._rv)
+        table = self._objects.setdefault(resource.plural, {})
+        if event_type == "DELETED":
+            table.pop(key, None)
+        else:
+            table[key] = new
+        event = _Event(self._rv, resource.plural, event_type, new, prev)
+        self._history.append(event)
+        self._trim()
+        for watch in list(self._watchers):
+            watch._offer(event, self._rv)
+        return new
+
+    def _trim(self) -> None:
+        while len(self._history) > self._history_limit:
+            self._floor = self._history.popleft().rv
+
+    def _unregister(self, watch: Watch) -> None:
+        with self._lock:
+            self._watchers.discard(watch)
+
+
+def _copy(obj: Any) -> Any:
+    try:
+        return json.loads(json.dumps(obj))
+    except (TypeError, ValueError) as exc:
+        raise errors.bad_request(f"object is not plain JSON data: {exc}") from None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(resource: Resource, obj: dict) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return (meta.get("namespace", "") if resource.namespaced else "", meta["name"])
+
+
+def _resource_of(obj: dict) -> Resource:
+    from .resources import RESOURCES
+
+    group = obj.get("apiVersion", "").rpartition("/")[0]
+    for resource in RESOURCES:
+        if resource.kind == obj.get("kind") and resource.group == group:
+            return resource
+    raise errors.bad_request(f"no resource serves kind {obj.get('kind')!r}")
+
+
+def _scope(resource: Resource, namespace: str | None, meta: dict) -> str:
+    if not resource.namespaced:
+        meta.pop("namespace", None)
+        return ""
+    body_ns = meta.get("namespace")
+    if namespace and body_ns and body_ns != namespace:
+        raise errors.bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+    found = namespace or body_ns
+    if not found:
+        raise errors.bad_request("an empty namespace may not be set during creation")
+    return found
+
+
+def _check_name(resource: Resource, name: Any) -> None:
+    if not name:
+        raise errors.invalid(
+            resource.kind_group,
+            "",
+            ["metadata.name: Required value: name or generateName is required"],
+        )
+    if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
+        raise errors.invalid(
+            resource.kind_group,
+            str(name),
+            [f'metadata.name: Invalid value: "{name}": {_NAME_HELP}'],
+        )
+
+
+def _check_type(resource: Resource, obj: dict) -> None:
+    kind = obj.get("kind")
+    if kind and kind != resource.kind:
+        raise errors.bad_request(
+            f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})"
+        )
+    api_version = obj.get("apiVersion")
+    served = tuple(resource.api_version(v) for v in resource.versions)
+    if api_version and api_version not in served:
+        raise errors.bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API"
+            f" version ({resource.api_version()})"
+        )
+    obj["apiVersion"] = resource.api_version()
+    obj["kind"] = resource.kind
+
+
+def _check_preconditions(resource: Resource, obj: dict, preconditions: dict) -> None:
+    meta = obj["metadata"]
+    for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        wanted = preconditions.get(field)
+        if wanted and wanted != meta.get(field):
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource.qualified} "{meta["name"]}":'
+                f" Precondition failed: {label} in precondition: {wanted}, {label} in object"
+                f" meta: {meta.get(field)}",
+            )
+
+
+def _normalize(resource: Resource, obj: dict) -> None:
+    """Server-side defaults of the built-in kinds we serve."""
+    if resource.plural == "secrets":
+        string_data = obj.pop("stringData", None) or {}
+        data = obj.setdefault("data", {}) if string_data or "data" in obj else None
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        obj.setdefault("type", "Opaque")
+    elif resource.plural == "namespaces":
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        obj.setdefault("status", {"phase": "Active"})
+
+
+def _parse_rv(text: str) -> int:
+    if not text.isdigit():
+        raise errors.bad_request(f'invalid resource version "{text}"')
+    return int(text)
+
+
+def _without_version(obj: dict) -> dict:
+    meta = {
+        k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")
+    }
+    return {**obj, "metadata": meta}
+
+
+def _content(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}

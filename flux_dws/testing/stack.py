@@ -1,0 +1,216 @@
+"""A whole flux-dws world in one process: kubeapi + dwssim + fakeflux + the real service.
+
+Scenario tests, benchmarks and ``flux dws simulate`` all use this, so there is one way to put
+the pieces together.  The service talks HTTP to kubeapi with the real ``kubernetes`` client
+and speaks doc/protocol.rst to fakeflux; only the job-manager and the DWS controllers are
+stand-ins.  ``kill_service()`` drops the service the way SIGKILL would (no goodbyes), and
+``start_service()`` starts a fresh one that must pick up where the last stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flux_dws.errors import RequestError
+from flux_dws.flux.jobmanager import JobManager
+from flux_dws.identity import instance_selector, workflow_name
+from flux_dws.k8s import KubeClient
+from flux_dws.loop import Loop
+from flux_dws.policy import Policy, policy_from_table
+from flux_dws.request import request_from_attributes
+from flux_dws.service import Service
+from flux_dws.states import State
+from flux_dws.testing.dwssim import DwsSim, seed
+from flux_dws.testing.fakeflux import FakeFlux, JobInfo
+from flux_dws.testing.kubeapi import ApiError, KubeApi
+from flux_dws.testing.kubeapi.admission import deny
+
+log = logging.getLogger(__name__)
+
+
+class Stack:
+    """Start with ``start()`` (or ``with Stack() as stack``); see the module docstring."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        hosts: int = 16,
+        delays: float | Mapping[State | str, float] = 0.0,
+        time_scale: float = 0.01,
+        identity: str = "test",
+        seed: int = 0,
+    ) -> None:
+        table = {"instance": identity, **(config or {})}
+        self.policy: Policy = policy_from_table(table)
+        self.identity = identity
+        self.hosts = [f"compute-{i:02d}" for i in range(1, hosts + 1)]
+        self.delays = delays
+        self.time_scale = time_scale
+        self.seed = seed
+        self.owner_uid = os.getuid()
+        self._tmp = tempfile.TemporaryDirectory(prefix="flux-dws-")
+        self.kubeconfig = os.path.join(self._tmp.name, "kubeconfig")
+        self.api: KubeApi | None = None
+        self.sim: DwsSim | None = None
+        self.flux: FakeFlux | None = None
+        self.service: Service | None = None
+        self.loop: Loop | None = None
+        self._connection: Any = None
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Stack:
+        self.api = KubeApi(seed=self.seed).start()
+        self.api.write_kubeconfig(self.kubeconfig)
+        seed(self.api.store, computes=self.hosts)
+        self.sim = DwsSim(
+            self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
+        ).start()
+        self.flux = FakeFlux(self.hosts, owner_uid=self.owner_uid, validator=self.validate).start()
+        self.start_service()
+        return self
+
+    def start_service(self) -> Service:
+        """Start a fresh service process-equivalent (nothing carried over in memory)."""
+        assert self.flux is not None
+        loop = Loop(name="flux-dws")
+        kube = KubeClient.connect(
+            namespace=self.policy.namespace,
+            identity=self.identity,
+            kubeconfig=self.kubeconfig,
+            timeout=5.0,
+        )
+        self._connection = self.flux.connect(loop)
+        service = Service(
+            policy=self.policy,
+            loop=loop,
+            jobmanager=JobManager(self._connection),
+            kube=kube,
+            owner_uid=self.owner_uid,
+        )
+        loop.call_soon(service.start)
+        loop.start_thread()
+        self.loop, self.service = loop, service
+        return service
+
+    def kill_service(self) -> None:
+        """Drop the service as SIGKILL would: its connection and loop just stop."""
+        if self.service is None or self.loop is None:
+            return
+        self._connection.close()
+        self.loop.stop()
+        self.loop.join(5)
+        self.service.stop()
+        self.service.kube.close()
+        self.service, self.loop = None, None
+        self.restarts += 1
+
+    def restart_service(self) -> Service:
+        self.kill_service()
+        return self.start_service()
+
+    def stop(self) -> None:
+        self.kill_service()
+        if self.flux is not None:
+            self.flux.stop()
+        if self.sim is not None:
+            self.sim.stop()
+        if self.api is not None:
+            self.api.stop()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ the user's side
+
+    def validate(self, attributes: Mapping[str, Any], userid: int) -> str | None:
+        """Submit-time validation, as the job-ingest validator does under real Flux."""
+        try:
+            request_from_attributes(
+                attributes, self.policy, userid=userid, owner_uid=self.owner_uid
+            )
+        except RequestError as exc:
+            return str(exc)
+        return None
+
+    def submit(
+        self,
+        dw: str | Sequence[str],
+        *,
+        timeouts: Mapping[str, str] | None = None,
+        runtime: float | None = 0.0,
+        nnodes: int = 1,
+        exit_status: int = 0,
+        userid: int | None = None,
+    ) -> int:
+        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...` would."""
+        assert self.flux is not None
+        attributes: dict[str, Any] = {"dw": dw if isinstance(dw, str) else list(dw)}
+        if timeouts:
+            attributes["dw_timeout"] = dict(timeouts)
+        return self.flux.submit(
+            attributes, userid=userid, nnodes=nnodes, runtime=runtime, exit_status=exit_status
+        )
+
+    def wait(self, jobid: int, state: str = "INACTIVE", timeout: float = 60.0) -> JobInfo:
+        assert self.flux is not None
+        return self.flux.wait(jobid, state, timeout=timeout)
+
+    def cancel(self, jobid: int) -> None:
+        assert self.flux is not None
+        self.flux.cancel(jobid)
+
+    def wait_workflow(self, jobid: int, state: State, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until the job's workflow has entered ``state`` (status.state)."""
+        assert self.api is not None
+        name = workflow_name(self.identity, jobid)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                obj = self.api.store.get("workflows", self.policy.namespace, name)
+            except ApiError:
+                obj = None
+            if obj is not None and (obj.get("status") or {}).get("state") == state.value:
+                return obj
+            time.sleep(0.02)
+        raise TimeoutError(f"workflow {name} did not reach {state.value} within {timeout}s")
+
+    def delete_workflow_behind_our_back(self, jobid: int) -> None:
+        """What an admin's `kubectl delete` plus finalizer removal does."""
+        assert self.api is not None
+        name = workflow_name(self.identity, jobid)
+        self.api.store.patch(
+            "workflows", self.policy.namespace, name, {"metadata": {"finalizers": None}}
+        )
+        self.api.store.delete("workflows", self.policy.namespace, name)
+
+    def reject_directives_containing(self, text: str, reason: str) -> None:
+        """Make the API server's admission deny new workflows whose directives hold ``text``,
+        as a site's DWDirectiveRule would."""
+        assert self.api is not None
+
+        def hook(operation: str, old: dict | None, new: dict) -> None:
+            lines = (new.get("spec") or {}).get("dwDirectives") or []
+            if operation == "CREATE" and any(text in line for line in lines):
+                raise deny(reason)
+
+        self.api.store.add_admission("workflows", hook)
+
+    def workflows(self) -> list[dict[str, Any]]:
+        """This instance's workflows still in the API server."""
+        assert self.api is not None
+        items, _ = self.api.store.list(
+            "workflows", self.policy.namespace, instance_selector(self.identity)
+        )
+        return items
