@@ -228,12 +228,12 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
             return actions + ending
         actions += ending
     elif _aborted(job):
-        return actions + _abort(job, None)
+        return actions + _abort(job, None, policy, now)
     else:
         problem = _failure(job, workflow, policy, now)
         if problem:
-            return actions + _abort(job, problem)
-        actions += _advance(job, workflow)
+            return actions + _abort(job, problem, policy, now)
+        actions += _advance(job, workflow, policy, now)
     wake = _next_wake(job, workflow, policy, now)
     if wake is not None:
         actions.append(WakeAt(wake))
@@ -292,13 +292,31 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
     return None
 
 
-def _abort(job: JobView, problem: str | None) -> list[Action]:
+def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
     """Fail or cancel the job (once), let go of the prolog, send the workflow to Teardown."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
     else:
         actions = _fail(job, problem)
-    return [*actions, SetDesiredState(State.TEARDOWN, hurry=True)]
+    return [*actions, *_enter(job, State.TEARDOWN, policy, now, hurry=True)]
+
+
+def _enter(
+    job: JobView, state: State, policy: Policy, now: float, hurry: bool = False
+) -> list[Action]:
+    """Ask for ``state`` and record on the job that we did, with the state's deadline.
+
+    Recording right after asking keeps the job's eventlog off the critical path: when DWS
+    reports the state entered, and then ready, there is nothing left to write first.
+    """
+    return [SetDesiredState(state, hurry=hurry), _state_event(job, state, policy, now)]
+
+
+def _state_event(job: JobView, state: State, policy: Policy, since: float) -> PostEvent:
+    timeout = _timeout(job, state.key, policy)
+    deadline = None if math.isinf(timeout) else since + timeout
+    context = {"state": state.value, "timeout": format_fsd(timeout), "deadline": deadline}
+    return PostEvent("dws-state", context)
 
 
 def _fail(job: JobView, note: str | None) -> list[Action]:
@@ -312,7 +330,7 @@ def _fail_prolog(job: JobView, note: str | None = None) -> list[Action]:
     return [*_fail(job, note), FinishProlog(success=False)]
 
 
-def _advance(job: JobView, wf: WorkflowView) -> list[Action]:
+def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
     """The next step of a healthy workflow, once its current state is complete."""
     if not wf.complete:
         return []
@@ -323,18 +341,18 @@ def _advance(job: JobView, wf: WorkflowView) -> list[Action]:
         if phase is JobPhase.DEPEND:
             return [ReleaseDependency({JOBSPEC_STORAGE_KEY: _storage(job)})]
         if phase is JobPhase.PROLOG:
-            return [PatchServers(job.hosts), SetDesiredState(State.SETUP)]
+            return [PatchServers(job.hosts), *_enter(job, State.SETUP, policy, now)]
         return []
     if phase is JobPhase.PROLOG:
         if state is State.SETUP:
-            return [PatchComputes(job.hosts), SetDesiredState(State.DATAIN)]
+            return [PatchComputes(job.hosts), *_enter(job, State.DATAIN, policy, now)]
         if state is State.DATAIN:
-            return [SetDesiredState(State.PRERUN)]
+            return _enter(job, State.PRERUN, policy, now)
         return [FinishProlog(success=True, env=wf.env, token_secret=wf.token_secret)]
     if phase is JobPhase.EPILOG:
         following = state.next()
         assert following is not None  # EPILOG only expects PreRun..DataOut here
-        return [SetDesiredState(following)]
+        return _enter(job, following, policy, now)
     return []
 
 
@@ -403,16 +421,9 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     if job.proposal is not None and not job.proposal_recorded:
         events.append(PostEvent("dws-proposal", job.proposal.to_json()))
     state = wf.desired_state
-    if job.posted_state is not state:
-        timeout = _timeout(job, state.key, policy)
+    if job.posted_state is not state:  # created, or asked for before a restart
         since = wf.desired_state_change if wf.settled and wf.desired_state_change else now
-        deadline = None if math.isinf(timeout) else since + timeout
-        events.append(
-            PostEvent(
-                "dws-state",
-                {"state": state.value, "timeout": format_fsd(timeout), "deadline": deadline},
-            )
-        )
+        events.append(_state_event(job, state, policy, since))
     if wf.transient and (job.transient is None or job.transient[0] is not state):
         events.append(
             PostEvent(

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 from flux_dws import lifecycle as lc
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
-from flux_dws.flux.records import job_view
+from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.transport import RpcError
 from flux_dws.identity import JOBID_LABEL
 from flux_dws.k8s import KubeClient, KubeError, KubeWorker, WorkflowRejected, WorkflowWatch
@@ -31,6 +31,7 @@ from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import JobPhase, ProposalInfo
 from flux_dws.loop import Loop, Timer
 from flux_dws.policy import Policy
+from flux_dws.request import DwRequest
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
 
@@ -52,6 +53,7 @@ class Tracked:
     workflow: WorkflowView | None = None
     raw: dict[str, Any] | None = None
     proposal: ProposalInfo | None = None
+    request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
     busy: bool = False  # an action chain is in flight
     dirty: bool = False  # something changed while busy: decide again after
     timer: Timer | None = None
@@ -199,10 +201,11 @@ class Service:
             if not self.synced:
                 return None
             return lc.JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
+        if tracked.request is None:
+            tracked.request = parse_request(tracked.record, self.policy, owner_uid=self.owner_uid)
         return job_view(
             tracked.record,
-            self.policy,
-            owner_uid=self.owner_uid,
+            tracked.request,
             groupid=self._groupid(int(tracked.record["userid"])),
             proposal=tracked.proposal,
         )
@@ -283,6 +286,7 @@ class Service:
         then: Callable[[Any], str | None] | None,
         fn: Callable[..., Any],
         *args: Any,
+        urgent: bool = False,
         **kwargs: Any,
     ) -> None:
         def finished(result: Any, exc: BaseException | None) -> None:
@@ -294,7 +298,7 @@ class Service:
             else:
                 done(then(result) if then else None)
 
-        self.worker.submit(fn, *args, on_done=finished, **kwargs)
+        self.worker.submit(fn, *args, on_done=finished, urgent=urgent, **kwargs)
 
     def _flux_done(self, done: Done, method: str, tracked: Tracked) -> Callable[..., None]:
         """A job-manager callback: "already done" errors count as success."""
@@ -358,7 +362,7 @@ class Service:
                 self.metrics.reactions.append(time.monotonic() - observed)
             return self.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
 
-        self._kube_then(done, self._adopt(tracked), patch)
+        self._kube_then(done, self._adopt(tracked), patch, urgent=True)
 
     def _adopt(self, tracked: Tracked) -> Callable[[Any], str | None]:
         """Take a returned workflow as the latest view, so the next decision need not wait."""

@@ -13,30 +13,38 @@ from typing import Any
 from flux_dws.errors import RequestError
 from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.policy import Policy
-from flux_dws.request import request_from_attributes
+from flux_dws.request import DwRequest, request_from_attributes
 from flux_dws.states import State
 from flux_dws.workflow import ContainerState
 
 
+def parse_request(
+    record: Mapping[str, Any], policy: Policy, *, owner_uid: int
+) -> tuple[DwRequest | None, str]:
+    """The job's validated request, or None and why not (a job's attributes never change,
+    so callers parse once per job)."""
+    try:
+        request = request_from_attributes(
+            record.get("attributes") or {},
+            policy,
+            userid=int(record["userid"]),
+            owner_uid=owner_uid,
+        )
+    except RequestError as exc:
+        return None, str(exc)
+    return request, "" if request else "the job has no system.dw attribute"
+
+
 def job_view(
     record: Mapping[str, Any],
-    policy: Policy,
+    parsed: tuple[DwRequest | None, str],
     *,
-    owner_uid: int,
     groupid: int,
     proposal: ProposalInfo | None = None,
 ) -> JobView:
-    """Build the lifecycle core's view of one job from its record."""
+    """Build the lifecycle core's view of one job from its record and parsed request."""
     userid = int(record["userid"])
-    request, request_error = None, ""
-    try:
-        request = request_from_attributes(
-            record.get("attributes") or {}, policy, userid=userid, owner_uid=owner_uid
-        )
-        if request is None:
-            request_error = "the job has no system.dw attribute"
-    except RequestError as exc:
-        request_error = str(exc)
+    request, request_error = parsed
     dws = record.get("dws") or {}
     state_event = dws.get("dws-state") or {}
     posted_state = _state(state_event.get("state"))

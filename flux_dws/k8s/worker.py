@@ -7,9 +7,10 @@ service sets to its loop's thread-safe "call soon" so results arrive as ordinary
 
 from __future__ import annotations
 
+import itertools
 import logging
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 log = logging.getLogger("flux_dws.k8s.worker")
@@ -25,20 +26,35 @@ def _call_now(callback: Callable[[], None]) -> None:
 
 
 class KubeWorker:
-    """A bounded thread pool for blocking Kubernetes calls; never blocks the submitter."""
+    """A bounded pool of threads for blocking Kubernetes calls; never blocks the submitter.
 
-    def __init__(self, threads: int = 8, *, deliver: Deliver | None = None) -> None:
+    Calls run in submit order, except that ``urgent`` ones (a workflow's next state, which a
+    job is waiting on) overtake the queue: a burst of creates and reads for new jobs must not
+    hold back jobs that are already moving.
+    """
+
+    def __init__(self, threads: int = 16, *, deliver: Deliver | None = None) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-worker")
+        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], None] | None]] = (
+            queue.PriorityQueue()
+        )
+        self._seq = itertools.count()
         self._deliver: Deliver = deliver or _call_now
         self._stopped = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"kube-worker-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(
         self,
         fn: Callable[..., T],
         *args: Any,
         on_done: Callable[[T | None, BaseException | None], None],
+        urgent: bool = False,
         **kwargs: Any,
     ) -> None:
         """Run ``fn(*args, **kwargs)`` on a worker thread, then ``on_done(result, error)``.
@@ -62,12 +78,24 @@ class KubeWorker:
             except Exception:  # e.g. the service's loop is already closed
                 log.exception("KubeWorker: could not deliver the outcome of %r", fn)
 
-        self._pool.submit(run)
+        self._queue.put((0 if urgent else 1, next(self._seq), run))
+
+    def _work(self) -> None:
+        while True:
+            _, _, run = self._queue.get()
+            if run is None:
+                return
+            run()
 
     def stop(self, wait: bool = True) -> None:
         """Refuse new calls; queued ones end with an error.  By default wait for running ones."""
         self._stopped.set()
-        self._pool.shutdown(wait=wait)
+        for _ in self._threads:
+            self._queue.put((2, next(self._seq), None))
+        if wait:
+            for thread in self._threads:
+                if thread is not threading.current_thread():
+                    thread.join()
 
     @staticmethod
     def _finish(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -25,7 +27,7 @@ from flux_dws.policy import Policy, policy_from_table
 from flux_dws.request import request_from_attributes
 from flux_dws.service import Service
 from flux_dws.states import State
-from flux_dws.testing.dwssim import DwsSim, seed
+from flux_dws.testing.dwssim import DwsSim, compute_names, seed
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 from flux_dws.testing.kubeapi.admission import deny
@@ -45,11 +47,14 @@ class Stack:
         time_scale: float = 0.01,
         identity: str = "test",
         seed: int = 0,
+        api_process: bool = False,
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
         self.identity = identity
-        self.hosts = [f"compute-{i:02d}" for i in range(1, hosts + 1)]
+        self.hosts = compute_names(hosts)
+        self.api_process = api_process
+        self._process: subprocess.Popen[str] | None = None
         self.delays = delays
         self.time_scale = time_scale
         self.seed = seed
@@ -67,15 +72,40 @@ class Stack:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Stack:
-        self.api = KubeApi(seed=self.seed).start()
-        self.api.write_kubeconfig(self.kubeconfig)
-        seed(self.api.store, computes=self.hosts)
-        self.sim = DwsSim(
-            self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
-        ).start()
+        if self.api_process:
+            self._start_api_process()
+        else:
+            self.api = KubeApi(seed=self.seed).start()
+            self.api.write_kubeconfig(self.kubeconfig)
+            seed(self.api.store, computes=self.hosts)
+            self.sim = DwsSim(
+                self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
+            ).start()
         self.flux = FakeFlux(self.hosts, owner_uid=self.owner_uid, validator=self.validate).start()
         self.start_service()
         return self
+
+    def _start_api_process(self) -> None:
+        """kubeapi + dwssim in a process of their own, as a real API server would be."""
+        cmd = [sys.executable, "-m", "flux_dws.testing.dwssim", "--kubeconfig", self.kubeconfig]
+        cmd += ["--computes", str(len(self.hosts)), "--time-scale", str(self.time_scale)]
+        if isinstance(self.delays, Mapping):
+            for state, seconds in self.delays.items():
+                cmd += [
+                    "--delay",
+                    f"{State.parse(str(getattr(state, 'value', state))).value}={seconds}",
+                ]
+        elif self.delays:
+            cmd += [f"--delay={s.value}={self.delays}" for s in State]
+        else:
+            cmd.append("--no-delays")
+        self._process = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        assert self._process.stdout is not None
+        for _ in range(2):  # the URL, then the kubeconfig path
+            if not self._process.stdout.readline():
+                raise RuntimeError(f"{' '.join(cmd)} exited with {self._process.wait()}")
 
     def start_service(self) -> Service:
         """Start a fresh service process-equivalent (nothing carried over in memory)."""
@@ -124,6 +154,9 @@ class Stack:
             self.sim.stop()
         if self.api is not None:
             self.api.stop()
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(10)
         self._tmp.cleanup()
 
     def __enter__(self) -> Stack:
@@ -209,7 +242,9 @@ class Stack:
 
     def workflows(self) -> list[dict[str, Any]]:
         """This instance's workflows still in the API server."""
-        assert self.api is not None
+        if self.api is None:
+            assert self.service is not None
+            return self.service.kube.list_workflows()[0]
         items, _ = self.api.store.list(
             "workflows", self.policy.namespace, instance_selector(self.identity)
         )

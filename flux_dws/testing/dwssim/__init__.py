@@ -29,10 +29,11 @@ from flux_dws.testing.dwssim.controller import (
     DwsSim,
     resolve_delays,
 )
-from flux_dws.testing.dwssim.seed import seed
+from flux_dws.testing.dwssim.seed import compute_names, seed
 from flux_dws.testing.dwssim.status import go_duration
 
 __all__ = [
+    "compute_names",
     "BEHAVIOR_ANNOTATION",
     "FINALIZER",
     "PROFILES",

@@ -18,7 +18,7 @@ import threading
 
 from flux_dws.states import State
 from flux_dws.testing.dwssim.controller import REALISTIC_DELAYS, DwsSim, resolve_delays
-from flux_dws.testing.dwssim.seed import seed
+from flux_dws.testing.dwssim.seed import compute_names, seed
 from flux_dws.testing.kubeapi import Store
 from flux_dws.testing.kubeapi.server import KubeApi
 
@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
     parser.add_argument("--kubeconfig", help="where to write the kubeconfig (default: a temp dir)")
-    parser.add_argument("--computes", type=int, default=16, help="compute nodes (node0...)")
+    parser.add_argument("--computes", type=int, default=16, help="compute nodes (compute-01...)")
     parser.add_argument("--per-rabbit", type=int, default=16, help="compute nodes per rabbit")
     parser.add_argument(
         "--delay",
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resolve_delays(delays)
         store = Store()
-        seed(store, [f"node{i}" for i in range(args.computes)], per_rabbit=args.per_rabbit)
+        seed(store, compute_names(args.computes), per_rabbit=args.per_rabbit)
         sim = DwsSim(store, delays=delays, time_scale=args.time_scale)
     except ValueError as exc:
         print(f"dwssim: {exc}", file=sys.stderr)

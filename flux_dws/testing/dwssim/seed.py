@@ -10,6 +10,11 @@ from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, PROFILE_PLURAL
 from flux_dws.testing.kubeapi.errors import ApiError
 
 
+def compute_names(count: int) -> list[str]:
+    """The compute node names the stand-ins use: compute-01, compute-02, ..."""
+    return [f"compute-{i:02d}" for i in range(1, count + 1)]
+
+
 def seed(
     store: Any,
     computes: Sequence[str] = (),
