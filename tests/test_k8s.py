@@ -690,10 +690,16 @@ def _boom():
 
 def test_calls_queued_at_stop_end_with_an_error():
     outcomes: list = []
-    release = threading.Event()
+    release, running = threading.Event(), threading.Event()
+
+    def first() -> bool:
+        running.set()
+        return release.wait(10)
+
     worker = KubeWorker(threads=1)
-    worker.submit(release.wait, 10, on_done=lambda r, e: outcomes.append(("first", r, e)))
+    worker.submit(first, on_done=lambda r, e: outcomes.append(("first", r, e)))
     worker.submit(lambda: "ran", on_done=lambda r, e: outcomes.append(("queued", r, e)))
+    assert running.wait(10)
     worker.stop(wait=False)
     release.set()
     wait_for(lambda: len(outcomes) == 2, what="both outcomes")
