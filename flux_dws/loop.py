@@ -79,6 +79,19 @@ class Loop:
                 continue
             self._invoke(fn, args)
 
+    def run_pending(self) -> float:
+        """Run every queued callback and due timer now; return seconds until the next timer.
+
+        For loops driven by another reactor (Flux's): it calls this when woken.
+        """
+        while True:
+            try:
+                fn, args = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            self._invoke(fn, args)
+        return self._run_due_timers()
+
     def _run_due_timers(self) -> float:
         """Fire due timers; return how long to wait for the next one (bounded)."""
         while self._timers:

@@ -40,6 +40,7 @@ log = logging.getLogger("flux-dws")
 RETRY_MIN = 0.5  # seconds before retrying a job whose action failed; doubles up to RETRY_MAX
 RETRY_MAX = 60.0
 WATCH_RETRY_MAX = 30.0
+HEARTBEAT = 10.0  # seconds between heartbeats to the plugin (its timeout is 30 s)
 
 Done = Callable[[Optional[str]], None]
 
@@ -106,6 +107,7 @@ class Service:
         self._watch = WorkflowWatch(self.kube, self._on_workflow_event_thread)
         self._watch.start()
         self._watch_records()
+        self._heartbeat()
 
     def stop(self) -> None:
         """Stop watching; in-flight Kubernetes calls finish on their own."""
@@ -118,6 +120,17 @@ class Service:
         for tracked in self.jobs.values():
             if tracked.timer:
                 tracked.timer.cancel()
+
+    def _heartbeat(self) -> None:
+        if self._stopped:
+            return
+
+        def answered(_response: Any, error: RpcError | None) -> None:
+            if error is not None:
+                log.warning("heartbeat to the dws jobtap plugin failed: %s", error)
+
+        self.jm.heartbeat(answered)
+        self.loop.call_later(HEARTBEAT, self._heartbeat)
 
     def _watch_records(self) -> None:
         self._cancel_records = self.jm.watch(self._on_records, self._on_records_lost)

@@ -543,7 +543,7 @@ def test_gone_is_sent_once_to_watchers_that_knew_the_job(ff: FakeFlux, service: 
     early.snapshot()
     jobid = run_to_epilog(service, ff, {"X": "1"})
     late_client = Client(ff)
-    late = late_client.watch()
+    late = late_client.watch(service=False)
     assert [r["phase"] for r in late.snapshot()] == ["epilog"]
     service.call("epilog-finish", {"id": jobid})
     ff.wait(jobid, timeout=TIMEOUT)
@@ -552,9 +552,22 @@ def test_gone_is_sent_once_to_watchers_that_knew_the_job(ff: FakeFlux, service: 
     assert early.drain(ff) == [] and late.drain(ff) == []
 
     third = Client(ff)
-    assert third.watch().snapshot() == []
+    assert third.watch(service=False).snapshot() == []
     for client in (late_client, third):
         client.close()
+
+
+def test_a_new_service_watch_replaces_the_last_one(ff: FakeFlux, service: Client) -> None:
+    first = service.watch()
+    first.snapshot()
+    restarted = Client(ff)
+    second = restarted.watch()
+    second.snapshot()
+    jobid = ff.submit(DW)
+    assert second.until(jobid, "depend")["id"] == jobid
+    assert first.drain(ff) == []
+    assert service.call("heartbeat", {}) == {}
+    restarted.close()
 
 
 def test_cancelled_and_closed_streams_go_quiet(ff: FakeFlux, service: Client) -> None:
@@ -565,7 +578,7 @@ def test_cancelled_and_closed_streams_go_quiet(ff: FakeFlux, service: Client) ->
     assert watch.drain(ff) == []
 
     other = Client(ff)
-    quiet = other.watch()
+    quiet = other.watch(service=False)
     quiet.snapshot()
     other.transport.close()
     ff.submit(DW)

@@ -132,6 +132,7 @@ class DwsPlugin:
             "epilog-finish": self._epilog_finish,
             "raise": self._raise,
             "post": self._post,
+            "heartbeat": self._heartbeat,
         }
 
     # ------------------------------------------------------------------ job callbacks
@@ -267,6 +268,8 @@ class DwsPlugin:
         if not isinstance(service, bool):
             raise RpcError(errno.EPROTO, "job-manager.dws.watch: service must be true or false")
         watcher = Watcher(req, service)
+        if service:  # a new service replaces the last one (it may have died silently)
+            self.watchers = [w for w in self.watchers if not w.service]
         records = self._records()
         watcher.sent = {r["id"]: r for r in records}
         req.respond({"snapshot": True, "jobs": records})
@@ -277,6 +280,12 @@ class DwsPlugin:
 
     def _list(self, req: Request) -> dict[str, Any]:
         return {"jobs": self._records()}
+
+    def _heartbeat(self, req: Request) -> dict[str, Any]:
+        """The service says it is alive.  Real Flux never tells a jobtap plugin that a client
+        disconnected, so the C plugin counts a service silent for heartbeat-timeout as gone;
+        in-process, fakeflux sees the disconnect itself and needs no timer."""
+        return {}
 
     def _records(self) -> list[dict[str, Any]]:
         return [job_record(job) for job in self.jm.active_jobs() if is_dw_job(job.submitted)]

@@ -1,0 +1,131 @@
+"""`flux dws service`: run the flux-dws service for the Flux instance in FLUX_URI.
+
+Start-up is the only place that may block: it reads the instance's [dws] table, connects to
+Kubernetes (discovering the served DWS versions), and then hands everything to the reactor.
+A configuration that cannot work exits with EXIT_CONFIG (78, EX_CONFIG), which the systemd
+unit lists in RestartPreventExitStatus, so a typo is not restarted in a loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from flux_dws.errors import PolicyError
+from flux_dws.identity import check_identity, default_identity
+from flux_dws.policy import Policy, policy_from_table
+
+EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve
+
+log = logging.getLogger("flux-dws")
+
+
+def instance_identity(handle: Any, policy: Policy) -> str:
+    """The configured identity, or a stable one derived from this instance."""
+    if policy.instance:
+        return policy.instance
+    hostlist = str(handle.attr_get("hostlist"))
+    first = hostlist.split(",")[0].split("[")[0] or "flux"
+    try:
+        parent = str(handle.attr_get("jobid"))
+    except OSError:
+        parent = ""
+    owner = int(handle.attr_get("security.owner"))
+    return check_identity(default_identity(first, owner, parent))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="flux dws service",
+        description="Drive the DWS workflows of this Flux instance's #DW jobs.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="flux-dws: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        import flux
+    except ImportError:
+        log.error(
+            "the flux Python bindings are not importable: run it as `flux dws service` "
+            "or set PYTHONPATH to flux-core's python site-packages"
+        )
+        return EXIT_UNAVAILABLE
+    try:
+        handle = flux.Flux()
+    except OSError as exc:
+        log.error("cannot connect to a Flux instance (is FLUX_URI set?): %s", exc)
+        return EXIT_UNAVAILABLE
+    try:
+        policy = policy_from_table(handle.conf_get("dws") or {})
+        identity = instance_identity(handle, policy)
+    except (PolicyError, ValueError) as exc:
+        log.error("configuration: %s; not starting", exc)
+        return EXIT_CONFIG
+    return serve(handle, policy, identity)
+
+
+def serve(handle: Any, policy: Policy, identity: str) -> int:
+    """Connect to Kubernetes and run the service on the Flux reactor until SIGTERM/SIGINT."""
+    from flux_dws.flux.jobmanager import JobManager
+    from flux_dws.flux.reactor import FluxLoop, FluxTransport
+    from flux_dws.k8s import KubeClient, KubeSetupError
+    from flux_dws.service import Service
+
+    try:
+        kube = KubeClient.connect(
+            namespace=policy.namespace,
+            identity=identity,
+            kubeconfig=policy.kubeconfig,
+            workflow_version=policy.workflow_version,
+            nnf_version=policy.nnf_version,
+        )
+    except KubeSetupError as exc:
+        log.error("%s; not starting", exc)
+        return EXIT_CONFIG
+    loop = FluxLoop(handle)
+    service = Service(
+        policy=policy,
+        loop=loop,
+        jobmanager=JobManager(FluxTransport(handle)),
+        kube=kube,
+        owner_uid=int(handle.attr_get("security.owner")),
+    )
+
+    def shutdown(*_: Any) -> None:
+        log.info("stopping; jobs stay held until the service runs again")
+        loop.stop()
+
+    watchers = [handle.signal_watcher_create(s, shutdown) for s in (signal.SIGTERM, signal.SIGINT)]
+    for watcher in watchers:
+        watcher.start()
+    log.info(
+        "serving instance %s (pid %d): namespace %s, workflows labelled %s",
+        identity,
+        os.getpid(),
+        policy.namespace,
+        identity,
+    )
+    loop.call_soon(service.start)
+    loop.run()
+    service.stop()
+    kube.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
