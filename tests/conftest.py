@@ -37,3 +37,49 @@ def k8s_client(kubeapi: KubeApi) -> Iterator[object]:
         yield client
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------- scenario stacks
+# The scenario suite runs against every job-manager we have: fakeflux always, and a real Flux
+# instance with the dws jobtap plugin wherever flux-core is installed.
+
+
+def _real_flux_missing() -> str | None:
+    from flux_dws.testing.realflux import flux_command
+
+    if flux_command() is None:
+        return "flux-core is not installed (no flux on PATH or /opt/flux/bin): real-Flux runs skipped"
+    return None
+
+
+@pytest.fixture(scope="module", params=["fakeflux", "flux"])
+def stack_backend(request):
+    if request.param == "flux":
+        missing = _real_flux_missing()
+        if missing:
+            pytest.skip(missing)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def _real_stack(stack_backend):
+    """One real Flux instance per module (starting one costs seconds)."""
+    if stack_backend != "flux":
+        yield None
+        return
+    from flux_dws.testing.stack import Stack
+
+    with Stack(hosts=4, backend="flux") as running:
+        yield running
+
+
+@pytest.fixture
+def stack(stack_backend, _real_stack):
+    """A running flux-dws world: kubeapi + dwssim + a job-manager + the service."""
+    if _real_stack is not None:
+        yield _real_stack
+        return
+    from flux_dws.testing.stack import Stack
+
+    with Stack() as running:
+        yield running

@@ -184,7 +184,7 @@ def test_one_cancel_ends_the_job_and_its_workflow(stack, where):
     if where == "run":
         jobid = stack.submit(JOBDW, runtime=None)
         stack.wait(jobid, "RUN")
-        stack.flux.wait_event(jobid, "start")
+        stack.wait_event(jobid, "start")
     else:
         jobid = stack.submit([JOBDW, f"#DW {where.value} action=wait"], runtime=0.05)
         stack.wait_workflow(jobid, where)
@@ -202,9 +202,9 @@ def test_job_cancelled_while_waiting_for_resources_never_starts(stack):
     blocker = stack.submit(
         "#DW jobdw type=xfs capacity=1GiB name=blocker", runtime=None, nnodes=len(stack.hosts)
     )
-    stack.flux.wait_event(blocker, "start")
+    stack.wait_event(blocker, "start")
     jobid = stack.submit(JOBDW)
-    stack.flux.wait_event(jobid, "jobspec-update")
+    stack.wait_event(jobid, "jobspec-update")
     stack.cancel(jobid)
     info = stack.wait(jobid)
     assert info.result == "CANCELED" and "alloc" not in names(info)
@@ -248,11 +248,3 @@ def test_bad_requests_are_refused_at_submit(stack, dw, timeouts, message):
     assert message in str(refused.value)
     assert "\n" not in str(refused.value)
     assert stack.workflows() == []
-
-
-@pytest.fixture
-def stack():
-    from flux_dws.testing.stack import Stack
-
-    with Stack() as running:
-        yield running

@@ -48,9 +48,14 @@ class Stack:
         identity: str = "test",
         seed: int = 0,
         api_process: bool = False,
+        backend: str = "fake",
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
+        self.table = table
+        if backend not in ("fake", "flux"):
+            raise ValueError(f"backend must be 'fake' or 'flux', not {backend!r}")
+        self.backend = backend
         self.identity = identity
         self.hosts = compute_names(hosts)
         self.api_process = api_process
@@ -63,7 +68,7 @@ class Stack:
         self.kubeconfig = os.path.join(self._tmp.name, "kubeconfig")
         self.api: KubeApi | None = None
         self.sim: DwsSim | None = None
-        self.flux: FakeFlux | None = None
+        self.flux: Any = None  # FakeFlux, or RealFlux (flux_dws.testing.realflux)
         self.service: Service | None = None
         self.loop: Loop | None = None
         self._connection: Any = None
@@ -81,7 +86,15 @@ class Stack:
             self.sim = DwsSim(
                 self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
             ).start()
-        self.flux = FakeFlux(self.hosts, owner_uid=self.owner_uid, validator=self.validate).start()
+        if self.backend == "flux":
+            from flux_dws.testing.realflux import RealFlux
+
+            table = {**self.table, "kubeconfig": self.kubeconfig}
+            self.flux = RealFlux(self.hosts, table).start()
+        else:
+            self.flux = FakeFlux(
+                self.hosts, owner_uid=self.owner_uid, validator=self.validate
+            ).start()
         self.start_service()
         return self
 
@@ -107,9 +120,15 @@ class Stack:
             if not self._process.stdout.readline():
                 raise RuntimeError(f"{' '.join(cmd)} exited with {self._process.wait()}")
 
-    def start_service(self) -> Service:
-        """Start a fresh service process-equivalent (nothing carried over in memory)."""
+    def start_service(self) -> Service | None:
+        """Start a fresh service (nothing carried over in memory).
+
+        With the real Flux backend the service is a process of its own (None is returned).
+        """
         assert self.flux is not None
+        if self.backend == "flux":
+            self.flux.start_service()
+            return None
         loop = Loop(name="flux-dws")
         kube = KubeClient.connect(
             namespace=self.policy.namespace,
@@ -132,6 +151,10 @@ class Stack:
 
     def kill_service(self) -> None:
         """Drop the service as SIGKILL would: its connection and loop just stop."""
+        if self.backend == "flux" and self.flux is not None:
+            self.flux.kill_service()
+            self.restarts += 1
+            return
         if self.service is None or self.loop is None:
             return
         self._connection.close()
@@ -142,7 +165,7 @@ class Stack:
         self.service, self.loop = None, None
         self.restarts += 1
 
-    def restart_service(self) -> Service:
+    def restart_service(self) -> Service | None:
         self.kill_service()
         return self.start_service()
 
@@ -203,6 +226,11 @@ class Stack:
     def cancel(self, jobid: int) -> None:
         assert self.flux is not None
         self.flux.cancel(jobid)
+
+    def wait_event(self, jobid: int, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The job's first ``name`` event, once it is posted."""
+        assert self.flux is not None
+        return self.flux.wait_event(jobid, name, timeout=timeout)
 
     def wait_workflow(self, jobid: int, state: State, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the job's workflow has entered ``state`` (status.state)."""

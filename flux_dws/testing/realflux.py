@@ -1,0 +1,349 @@
+"""A real Flux instance for the scenario suite, with fakeflux's user-side API.
+
+``RealFlux`` starts `flux start --test-size=N --test-hosts=...` with the dws jobtap plugin, the
+dws-env shell plugin and the flux-dws ingest validator configured, and offers the same methods
+the scenarios use on FakeFlux (submit, cancel, info, wait, wait_event), built from the job's
+real eventlog and Flux's own job-list result.  The service runs as a real process
+(``python -m flux_dws.daemon``), so killing it is a real SIGKILL.  Used only where flux-core is
+installed; nothing here imports ``flux`` at module load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flux_dws.testing.fakeflux import JobInfo, SubmitError
+
+ROOT = Path(__file__).resolve().parents[2]
+FLUX_PREFIXES = ("/opt/flux", "/usr/local", "/usr")
+STATE_ORDER = ("NEW", "DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP", "INACTIVE")
+
+
+def flux_command() -> str | None:
+    """The `flux` executable, or None when flux-core is not installed."""
+    found = shutil.which("flux")
+    if found:
+        return found
+    for prefix in FLUX_PREFIXES:
+        candidate = os.path.join(prefix, "bin", "flux")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def flux_pythonpath(flux: str) -> str:
+    """Where flux-core's Python bindings live, for `import flux` in our processes."""
+    out = subprocess.run(
+        [
+            flux,
+            "python",
+            "-c",
+            "import flux, os; print(os.path.dirname(os.path.dirname(flux.__file__)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def build_plugins(flux: str) -> dict[str, str]:
+    """Build the jobtap and shell plugins; their paths by name."""
+    env = {**os.environ, "PATH": f"{os.path.dirname(flux)}:{os.environ.get('PATH', '')}"}
+    prefix = os.path.dirname(os.path.dirname(flux))
+    env.setdefault("PKG_CONFIG_PATH", os.path.join(prefix, "lib", "pkgconfig"))
+    built = {}
+    for directory, name in (("jobtap", "dws-jobtap.so"), ("shell", "dws-env.so")):
+        subprocess.run(
+            ["make", "-s", "-C", str(ROOT / directory)], env=env, check=True, timeout=300
+        )
+        built[name] = str(ROOT / directory / name)
+    return built
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def write_toml(tables: Mapping[str, Mapping[str, Any]], path: Path) -> None:
+    """A small TOML writer for the instance's config (nested tables as dotted headers)."""
+    lines: list[str] = []
+
+    def table(name: str, body: Mapping[str, Any]) -> None:
+        scalars = {k: v for k, v in body.items() if not isinstance(v, Mapping)}
+        lines.append(f"[{name}]")
+        lines.extend(f'"{k}" = {_toml(v)}' for k, v in scalars.items())
+        for key, value in body.items():
+            if isinstance(value, Mapping):
+                table(f'{name}."{key}"', value)
+
+    for name, body in tables.items():
+        table(name, body)
+    path.write_text("\n".join(lines) + "\n")
+
+
+class RealFlux:
+    """A `flux start` test instance; see the module docstring."""
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        dws_table: Mapping[str, Any],
+        *,
+        flux: str | None = None,
+    ) -> None:
+        found = flux or flux_command()
+        if found is None:
+            raise RuntimeError("flux-core is not installed")
+        self.flux = found
+        self.hosts = list(hosts)
+        self.dws_table = dict(dws_table)
+        self._tmp = tempfile.TemporaryDirectory(prefix="flux-dws-real-")
+        self.workdir = Path(self._tmp.name)
+        self.pythonpath = f"{flux_pythonpath(self.flux)}:{ROOT}"
+        self.uri = ""
+        self._instance: subprocess.Popen[str] | None = None
+        self._service: subprocess.Popen[str] | None = None
+        self._handle: Any = None
+
+    # ------------------------------------------------------------------ instance
+
+    def start(self) -> RealFlux:
+        plugins = build_plugins(self.flux)
+        confdir = self.workdir / "conf"
+        confdir.mkdir()
+        write_toml(
+            {
+                "dws": self.dws_table,
+                "ingest": {
+                    "validator": {"plugins": ["jobspec", str(ROOT / "flux_dws" / "validator.py")]}
+                },
+            },
+            confdir / "dws.toml",
+        )
+        (confdir / "jobtap.toml").write_text(
+            f'[job-manager]\nplugins = [ {{ load = "{plugins["dws-jobtap.so"]}" }} ]\n'
+        )
+        shell_path = f"{os.path.dirname(plugins['dws-env.so'])}"
+        uri_file = self.workdir / "uri"
+        hostlist = ",".join(self.hosts)
+        cmd = [
+            self.flux,
+            "start",
+            f"--test-size={len(self.hosts)}",
+            f"--test-hosts={hostlist}",
+            f"--config-path={confdir}",
+            f"-Sconf.shell_pluginpath={shell_path}:{self._default_shell_path()}",
+            "sh",
+            "-c",
+            f'echo "$FLUX_URI" > {uri_file}; exec sleep 86400',
+        ]
+        self._instance = subprocess.Popen(
+            cmd, env=self._env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 60
+        while not (uri_file.exists() and uri_file.read_text().strip()):
+            if self._instance.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"flux start failed: {self._instance.stderr.read()[-2000:]}")
+            time.sleep(0.05)
+        self.uri = uri_file.read_text().strip()
+        import flux as flux_bindings
+
+        self._handle = flux_bindings.Flux(self.uri)
+        return self
+
+    def _default_shell_path(self) -> str:
+        out = subprocess.run(
+            ["pkg-config", "--variable=fluxshellpluginpath", "flux-core"],
+            capture_output=True,
+            text=True,
+            env=self._env(),
+        )
+        return out.stdout.strip() or "/opt/flux/lib/flux/shell/plugins"
+
+    def _env(self) -> dict[str, str]:
+        prefix = os.path.dirname(os.path.dirname(self.flux))
+        env = dict(os.environ)
+        env["PATH"] = f"{os.path.dirname(self.flux)}:{env.get('PATH', '')}"
+        env["PYTHONPATH"] = self.pythonpath
+        env.setdefault("PKG_CONFIG_PATH", os.path.join(prefix, "lib", "pkgconfig"))
+        if self.uri:
+            env["FLUX_URI"] = self.uri
+        return env
+
+    def stop(self) -> None:
+        self.kill_service()
+        if self._instance is not None:
+            self._instance.send_signal(signal.SIGTERM)
+            try:
+                self._instance.wait(30)
+            except subprocess.TimeoutExpired:
+                self._instance.kill()
+        self._tmp.cleanup()
+
+    # ------------------------------------------------------------------ the service
+
+    def start_service(self) -> None:
+        with open(self.workdir / "service.log", "a") as log:  # the child keeps its own copy
+            self._service = subprocess.Popen(
+                [sys.executable, "-m", "flux_dws.daemon"],
+                env=self._env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+
+    def kill_service(self) -> None:
+        """SIGKILL: no goodbye, exactly as a crash."""
+        if self._service is not None:
+            self._service.kill()
+            self._service.wait(10)
+            self._service = None
+
+    def service_log(self) -> str:
+        path = self.workdir / "service.log"
+        return path.read_text() if path.exists() else ""
+
+    # ------------------------------------------------------------------ the user's side
+
+    def submit(
+        self,
+        attributes: Mapping[str, Any],
+        *,
+        userid: int | None = None,
+        nnodes: int = 1,
+        runtime: float | None = 0.0,
+        exit_status: int = 0,
+    ) -> int:
+        """`flux run -S dw=...` with a command that records its environment."""
+        from flux.job import JobspecV1, submit
+
+        sleep = "inf" if runtime is None else repr(runtime)
+        envfile = self.workdir / "$FLUX_JOB_ID.env"
+        script = f'env > "{envfile}"; sleep {sleep}; exit {exit_status}'
+        jobspec = JobspecV1.from_command(["sh", "-c", script], num_nodes=nnodes, num_tasks=nnodes)
+        for key, value in attributes.items():
+            jobspec.setattr(f"system.{key}", value)
+        try:
+            return int(submit(self._handle, jobspec))
+        except OSError as exc:
+            raise SubmitError(" ".join(str(exc.strerror or exc).split())) from None
+
+    def cancel(self, jobid: int, note: str = "") -> None:
+        from flux.job import cancel
+
+        cancel(self._handle, jobid, note or None)
+
+    def eventlog(self, jobid: int) -> list[dict[str, Any]]:
+        payload = {"id": jobid, "keys": ["eventlog"], "flags": 0}
+        text = self._handle.rpc("job-info.lookup", payload).get()["eventlog"]
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def info(self, jobid: int) -> JobInfo:
+        from flux.job import job_list_id
+
+        eventlog = self.eventlog(jobid)
+        listed = job_list_id(self._handle, jobid, attrs=["state", "result"]).get_jobinfo()
+        state = listed.state_single if hasattr(listed, "state_single") else str(listed.state)
+        state = _STATE_NAMES.get(state, state)
+        inactive = any(e["name"] == "clean" for e in eventlog)
+        result = listed.result if inactive else None
+        envfile = self.workdir / f"{jobid}.env"
+        env = {}
+        if envfile.exists():
+            for line in envfile.read_text().splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    env[key] = value
+        exceptions = [e["context"] for e in eventlog if e["name"] == "exception"]
+        fatal = [e for e in exceptions if e.get("severity") == 0]
+        return JobInfo(
+            id=jobid,
+            userid=int(eventlog[0]["context"]["userid"]) if eventlog else -1,
+            state="INACTIVE" if inactive else state,
+            result=result or None,
+            eventlog=eventlog,
+            hosts=[],
+            env=env,
+            exception=fatal[0] if fatal else None,
+            holds=_open_holds(eventlog),
+            jobspec={},
+        )
+
+    def wait(self, jobid: int, state: str = "INACTIVE", timeout: float = 30.0) -> JobInfo:
+        rank = STATE_ORDER.index(state)
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.info(jobid)
+            if STATE_ORDER.index(info.state) >= rank and (state != "INACTIVE" or info.result):
+                return info
+            if time.monotonic() > deadline:
+                names = ", ".join(e["name"] for e in info.eventlog[-8:])
+                raise TimeoutError(
+                    f"job {jobid} did not reach {state} within {timeout}s: it is {info.state} "
+                    f"after {names}\n--- service log ---\n{self.service_log()[-3000:]}"
+                )
+            time.sleep(0.1)
+
+    def wait_event(self, jobid: int, name: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            eventlog = self.eventlog(jobid)
+            for entry in eventlog:
+                if entry["name"] == name:
+                    return entry
+            if any(e["name"] == "clean" for e in eventlog):
+                raise LookupError(f"job {jobid} ended without a {name} event")
+            time.sleep(0.05)
+        raise TimeoutError(f"job {jobid}: no {name} event within {timeout}s")
+
+
+_STATE_NAMES = {
+    "D": "DEPEND",
+    "P": "PRIORITY",
+    "S": "SCHED",
+    "R": "RUN",
+    "C": "CLEANUP",
+    "I": "INACTIVE",
+}
+
+
+def _open_holds(eventlog: list[dict[str, Any]]) -> set[str]:
+    """Dependencies, prologs and epilogs started and not finished, as fakeflux names them."""
+    holds: set[str] = set()
+    pairs = {
+        "dependency-add": ("dependency", True),
+        "dependency-remove": ("dependency", False),
+        "prolog-start": ("prolog", True),
+        "prolog-finish": ("prolog", False),
+        "epilog-start": ("epilog", True),
+        "epilog-finish": ("epilog", False),
+    }
+    for entry in eventlog:
+        if entry["name"] in pairs:
+            kind, opened = pairs[entry["name"]]
+            hold = f"{kind}:{(entry.get('context') or {}).get('description', '')}"
+            if opened:
+                holds.add(hold)
+            else:
+                holds.discard(hold)
+    return holds
