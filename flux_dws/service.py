@@ -25,6 +25,7 @@ from flux_dws import lifecycle as lc
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.transport import RpcError
+from flux_dws.fsd import format_fsd
 from flux_dws.identity import JOBID_LABEL
 from flux_dws.k8s import KubeClient, KubeError, KubeWorker, WorkflowRejected, WorkflowWatch
 from flux_dws.k8s.resources import container_timeouts
@@ -93,6 +94,9 @@ class Service:
         self.jobs: dict[int, Tracked] = {}
         self.metrics = Metrics()
         self.synced = False  # the plugin's snapshot has arrived
+        self.listed = False  # the first list of our workflows has been delivered
+        self._api_down_since: float | None = None
+        self._api_alarm: Timer | None = None
         self._watch: WorkflowWatch | None = None
         self._cancel_records: Callable[[], None] | None = None
         self._records_retry = RETRY_MIN
@@ -104,7 +108,12 @@ class Service:
 
     def start(self) -> None:
         """Subscribe to job records and workflow events (call on the loop's thread)."""
-        self._watch = WorkflowWatch(self.kube, self._on_workflow_event_thread)
+        self._watch = WorkflowWatch(
+            self.kube,
+            self._on_workflow_event_thread,
+            on_health=lambda up, since: self.loop.call_soon(self._on_health, up, since),
+            on_listed=lambda: self.loop.call_soon(self._on_listed),
+        )
         self._watch.start()
         self._watch_records()
         self._heartbeat()
@@ -157,18 +166,74 @@ class Service:
             for jobid, tracked in list(self.jobs.items()):
                 if jobid not in held and tracked.record is not None:
                     tracked.record = None  # not held any more: an orphan if a workflow is left
-                    self._kick(jobid)
             if not self.synced:
                 log.info("job snapshot: %d #DW job(s) held by the plugin", len(records))
             self.synced = True
-            for jobid, tracked in list(self.jobs.items()):
-                if tracked.record is None and tracked.workflow is not None:
-                    self._kick(jobid)
         for record in records:
-            jobid = int(record["id"])
-            tracked = self._tracked(jobid)
+            tracked = self._tracked(int(record["id"]))
             tracked.record = None if record.get("phase") == "gone" else record
-            self._kick(jobid)
+        if snapshot:
+            self._kick_all()
+        else:
+            for record in records:
+                self._kick(int(record["id"]))
+
+    def _on_listed(self) -> None:
+        """Every workflow of ours is known: decisions may start (a job whose workflow is not
+        listed now really has none, rather than one not seen yet)."""
+        if self.listed:
+            return
+        self.listed = True
+        log.info("workflow list: %d workflow(s) of this instance", self._count_workflows())
+        self._kick_all()
+
+    def _count_workflows(self) -> int:
+        return sum(1 for t in self.jobs.values() if t.workflow is not None)
+
+    def _kick_all(self) -> None:
+        """Decide for every job, oldest submission first (new workflows in submit order)."""
+
+        def submitted(tracked: Tracked) -> float:
+            return float((tracked.record or {}).get("t_submit", 0.0))
+
+        for tracked in sorted(self.jobs.values(), key=submitted):
+            self._kick(tracked.jobid)
+
+    def _on_health(self, connected: bool, since: float) -> None:
+        """The watch found the API reachable or not: alarm if it stays down too long."""
+        if connected:
+            if self._api_down_since is not None:
+                log.info("Kubernetes API reachable again; carrying on")
+            self._api_down_since = None
+            if self._api_alarm:
+                self._api_alarm.cancel()
+                self._api_alarm = None
+            return
+        if self._api_down_since is not None:
+            return
+        self._api_down_since = since
+        log.warning(
+            "Kubernetes API unreachable; %d job(s) stay held, none is killed; "
+            "alarm if still down in %s",
+            len(self.jobs),
+            format_fsd(self.policy.api_alarm),
+        )
+        self._api_alarm = self.loop.call_at(since + self.policy.api_alarm, self._raise_api_alarm)
+
+    def _raise_api_alarm(self) -> None:
+        since = self._api_down_since
+        if since is None:
+            return
+        held = [t.jobid for t in self.jobs.values() if t.record is not None]
+        log.error(
+            "Kubernetes API unreachable for more than %s: %d #DW job(s) held and waiting; "
+            "check the API server and the kubeconfig",
+            format_fsd(self.policy.api_alarm),
+            len(held),
+        )
+        context = {"since": since, "note": "Kubernetes API unreachable; the job waits"}
+        for jobid in held:
+            self.jm.post(jobid, "dws-api-unreachable", context, lambda _r, _e: None)
 
     def _on_workflow_event_thread(self, kind: str, obj: dict[str, Any]) -> None:
         """Called on the watch thread: stamp the time and hand over to the loop."""
@@ -209,10 +274,12 @@ class Service:
         self._decide(tracked)
 
     def view(self, tracked: Tracked) -> lc.JobView | None:
-        """The JobView for a tracked job (GONE for an orphan), or None before the snapshot."""
+        """The JobView for a tracked job (GONE for an orphan); None until both the job snapshot
+        and the first workflow list are in, since either alone could make a job look orphaned
+        or its workflow look vanished."""
+        if not (self.synced and self.listed):
+            return None
         if tracked.record is None:
-            if not self.synced:
-                return None
             return lc.JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
         if tracked.request is None:
             tracked.request = parse_request(tracked.record, self.policy, owner_uid=self.owner_uid)

@@ -121,8 +121,9 @@ def stream_lines(resp: Any) -> Iterator[bytes]:
 class WorkflowWatch:
     """Deliver every change to this instance's workflows, once, from a background thread.
 
-    ``on_event(kind, obj)`` and ``on_health(connected, since)`` run in the watch thread: they
-    must be quick and hand the work to the service's loop.  ``since`` is the wall-clock time
+    ``on_event(kind, obj)``, ``on_health(connected, since)`` and ``on_listed()`` (after each
+    full list's changes were delivered) run in the watch thread: they must be quick and hand
+    the work to the service's loop.  ``since`` is the wall-clock time
     (time.time()) at which the API became reachable or unreachable.
     """
 
@@ -132,6 +133,7 @@ class WorkflowWatch:
         on_event: Callable[[str, dict], None],
         *,
         on_health: Callable[[bool, float], None] | None = None,
+        on_listed: Callable[[], None] | None = None,
         backoff_max: float = 30.0,
         backoff_base: float = 0.5,
         watch_timeout: int = 300,
@@ -140,6 +142,7 @@ class WorkflowWatch:
         self._client = client
         self._on_event = on_event
         self._on_health = on_health
+        self._on_listed = on_listed
         self._backoff_max = backoff_max
         self._backoff_base = backoff_base
         self._watch_timeout = watch_timeout
@@ -230,6 +233,8 @@ class WorkflowWatch:
         for kind, obj in deliveries:
             self._deliver(kind, obj)
         self._rv = rv
+        if self._on_listed is not None and not self._stopping.is_set():
+            self._on_listed()  # after the deliveries: everything listed has been handed over
 
     def _watch_once(self) -> str:
         """One watch request; 'closed' (ended normally), 'idle' (ended at once), or 'gone'."""

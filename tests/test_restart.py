@@ -1,0 +1,130 @@
+"""Restarts: the service is killed (as SIGKILL would) and started again with jobs in flight.
+
+Runs against every job-manager backend (fakeflux, and real Flux where installed).  What must hold:
+a restarted service enforces the same deadlines, picks up jobs that arrived or changed while it
+was down, sweeps only its own orphans, and never touches another instance's workflows.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flux_dws.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL
+from flux_dws.states import State
+
+JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
+
+
+def exception_note(info) -> str:
+    return (info.exception or {}).get("note", "")
+
+
+def test_deadline_set_before_a_restart_is_kept(stack):
+    jobid = stack.submit([JOBDW, "#DW PreRun action=wait"], timeouts={"prerun": "4s"})
+    stack.wait_workflow(jobid, State.PRERUN)
+    prerun = [
+        e for e in stack.wait(jobid, "RUN").events("dws-state") if e["context"]["state"] == "PreRun"
+    ]
+    deadline = prerun[0]["context"]["deadline"]
+    stack.kill_service()
+    time.sleep(1.0)
+    stack.start_service()
+    info = stack.wait(jobid)
+    assert "PreRun did not complete within 4s" in exception_note(info)
+    (raised,) = [e for e in info.eventlog if e["name"] == "exception"]
+    # the same deadline, not a fresh 4 s from the restart
+    assert raised["timestamp"] < deadline + 3.0
+    assert [e["context"]["state"] for e in info.events("dws-state")].count("PreRun") == 1
+
+
+def test_job_submitted_while_the_service_is_down_waits_then_runs(stack):
+    stack.kill_service()
+    jobid = stack.submit(JOBDW, runtime=0.05)
+    stack.wait_event(jobid, "dws-waiting")
+    time.sleep(0.5)
+    assert "dws-workflow" not in stack.wait(jobid, "DEPEND").event_names()
+    stack.start_service()
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED"
+    assert stack.workflows() == []
+
+
+def test_job_cancelled_while_the_service_is_down_is_torn_down_after(stack):
+    jobid = stack.submit([JOBDW, "#DW Setup action=wait"], runtime=0.05)
+    stack.wait_workflow(jobid, State.SETUP)
+    stack.kill_service()
+    stack.cancel(jobid)
+    time.sleep(0.3)
+    assert stack.wait(jobid, "CLEANUP").holds == {"prolog:dws"}  # held, not killed
+    stack.start_service()
+    info = stack.wait(jobid)
+    assert info.result == "CANCELED"
+    assert info.events("dws-state")[-1]["context"]["state"] == "Teardown"
+    assert [
+        w for w in stack.workflows() if w["metadata"]["labels"][JOBID_LABEL] == str(jobid)
+    ] == []
+
+
+def test_restart_in_every_hold_ends_every_job(stack):
+    depend = stack.submit([JOBDW, "#DW Proposal action=wait"], timeouts={"proposal": "3s"})
+    prolog = stack.submit([JOBDW, "#DW DataIn action=wait"], timeouts={"datain": "3s"})
+    epilog = stack.submit([JOBDW, "#DW DataOut action=wait"], timeouts={"dataout": "3s"})
+    stack.wait_workflow(depend, State.PROPOSAL)
+    stack.wait_workflow(prolog, State.DATAIN)
+    stack.wait_workflow(epilog, State.DATAOUT)
+    stack.kill_service()
+    stack.start_service()
+    for jobid, state in ((depend, "Proposal"), (prolog, "DataIn"), (epilog, "DataOut")):
+        info = stack.wait(jobid)
+        assert info.result == "FAILED", (jobid, info.result)
+        assert f"{state} did not complete within 3s" in exception_note(info)
+        assert not info.holds
+        assert len([e for e in info.eventlog if e["name"] == "exception"]) == 1
+    assert stack.workflows() == []
+
+
+def test_orphans_of_this_instance_are_swept_and_others_left_alone(stack):
+    if stack.api is None:
+        return
+    store, namespace = stack.api.store, stack.policy.namespace
+    ours = _workflow(f"fluxjob-{stack.identity}-999999", stack.identity, "999999")
+    theirs = _workflow(f"fluxjob-{stack.identity}-999998", "another-cluster", "999998")
+    unlabelled = _workflow("fluxjob-unlabelled-1", None, "1")
+    stack.kill_service()
+    for obj in (ours, theirs, unlabelled):
+        store.create("workflows", namespace, obj)
+    names = (theirs["metadata"]["name"], unlabelled["metadata"]["name"])
+    before = {name: _ours_to_change(store.get("workflows", namespace, name)) for name in names}
+    stack.start_service()
+    deadline = time.monotonic() + 30
+    while any(w["metadata"]["name"] == ours["metadata"]["name"] for w in stack.workflows()):
+        assert time.monotonic() < deadline, "our orphan was not swept"
+        time.sleep(0.05)
+    for name, fields in before.items():  # dwssim (DWS) may work on them; flux-dws must not
+        assert _ours_to_change(store.get("workflows", namespace, name)) == fields
+
+
+def _ours_to_change(obj: dict) -> tuple:
+    """What flux-dws writes on a workflow: its spec, labels, finalizers, existence."""
+    meta = obj["metadata"]
+    ours = FINALIZER in (meta.get("finalizers") or [])
+    return (obj["spec"], meta.get("labels"), ours, meta.get("deletionTimestamp"))
+
+
+def _workflow(name: str, instance: str | None, jobid: str) -> dict:
+    labels = {JOBID_LABEL: jobid}
+    if instance:
+        labels[INSTANCE_LABEL] = instance
+    return {
+        "apiVersion": "dataworkflowservices.github.io/v1alpha7",
+        "kind": "Workflow",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "desiredState": "Proposal",
+            "wlmID": "flux",
+            "jobID": jobid,
+            "userID": 1001,
+            "groupID": 1001,
+            "dwDirectives": [JOBDW],
+        },
+    }
