@@ -69,6 +69,14 @@ def test_happy_path_with_storage_and_copies(stack):
     assert_clean(stack, info)
 
 
+def test_copy_offload_gives_the_job_its_workflow_token(stack):
+    info = stack.wait(stack.submit(f"{JOBDW} requires=copy-offload", runtime=0.05))
+    assert info.result == "COMPLETED"
+    assert info.env.get("DW_WORKFLOW_TOKEN"), sorted(info.env)
+    assert "DW_WORKFLOW_TOKEN" in info.events("dws-environment")[0]["context"]["env"]
+    assert_clean(stack, info)
+
+
 def test_user_timeouts_are_shown_on_the_job(stack):
     jobid = stack.submit(JOBDW, timeouts={"prerun": "7m", "transient": "45s"})
     info = stack.wait(jobid)
