@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Callable, Optional
 
 from flux_dws.errors import DirectiveError
+from flux_dws.frozen import FrozenMap
 from flux_dws.states import State
 
 PREFIX = "#DW"
@@ -79,30 +80,8 @@ PERSISTENT_REF = "$DW_PERSISTENT_"
 _PROFILE_KEYS = frozenset({"combined_mgtmdt", "external_mgs", "capacity_mdt", "capacity_mgt"})
 
 
-class Args(Mapping):
-    """A directive's ``key=value`` words: read-only, in the order written, hashable."""
-
-    __slots__ = ("_pairs", "_map")
-
-    def __init__(self, pairs: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
-        items = pairs.items() if isinstance(pairs, Mapping) else pairs
-        self._pairs: tuple[tuple[str, str], ...] = tuple((str(k), str(v)) for k, v in items)
-        self._map = dict(self._pairs)
-
-    def __getitem__(self, key: str) -> str:
-        return self._map[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map)
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def __hash__(self) -> int:
-        return hash(frozenset(self._map.items()))
-
-    def __repr__(self) -> str:
-        return f"Args({self._map!r})"
+#: A directive's ``key=value`` words: read-only, in the order written, hashable.
+Args = FrozenMap
 
 
 @dataclass(frozen=True)
@@ -115,8 +94,9 @@ class Directive:
     text: str  # "#DW " + the words joined by one space
 
     def __post_init__(self) -> None:
-        if not isinstance(self.args, Args):
-            object.__setattr__(self, "args", Args(self.args))
+        if not isinstance(self.args, FrozenMap):
+            pairs = self.args.items() if isinstance(self.args, Mapping) else self.args
+            object.__setattr__(self, "args", FrozenMap((str(k), str(v)) for k, v in pairs))
 
     @property
     def name(self) -> str | None:

@@ -23,13 +23,14 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from flux_dws.directives import parse_directives
 from flux_dws.errors import DirectiveError, PolicyError
+from flux_dws.frozen import FrozenMap
 from flux_dws.fsd import format_fsd, parse_fsd
 from flux_dws.identity import check_identity
 from flux_dws.states import STATE_KEYS
@@ -41,36 +42,6 @@ else:  # pragma: no cover - exercised on 3.9/3.10 only
 
 TABLE = "dws"
 TIMEOUT_KEYS: tuple[str, ...] = STATE_KEYS + ("transient",)
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class FrozenMap(Mapping[K, V]):
-    """A read-only, hashable mapping, so frozen dataclasses holding one stay hashable.
-
-    Compares equal to any mapping with the same items (including a plain dict).
-    """
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Any = ()) -> None:
-        self._data: dict[K, V] = dict(data)
-
-    def __getitem__(self, key: K) -> V:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __hash__(self) -> int:
-        return hash(frozenset(self._data.items()))
-
-    def __repr__(self) -> str:
-        return f"FrozenMap({self._data!r})"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from typing import Any
 
 from flux_dws.directives import Directive, parse_directives
 from flux_dws.errors import DirectiveError, RequestError
+from flux_dws.frozen import FrozenMap
 from flux_dws.fsd import format_fsd, parse_fsd
-from flux_dws.policy import PRESET_NAME_RE, TIMEOUT_KEYS, FrozenMap, Policy, type_name
+from flux_dws.policy import PRESET_NAME_RE, TIMEOUT_KEYS, Policy, type_name
 
 DW_ATTR = "dw"
 TIMEOUT_ATTR = "dw_timeout"

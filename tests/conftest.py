@@ -48,7 +48,7 @@ def _real_flux_missing() -> str | None:
     from flux_dws.testing.realflux import flux_command
 
     if flux_command() is None:
-        return "flux-core is not installed (no flux on PATH or /opt/flux/bin): real-Flux runs skipped"
+        return "flux-core is not installed (no flux on PATH or /opt/flux/bin): real Flux skipped"
     return None
 
 

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_dws.errors import PolicyError
+from flux_dws.frozen import FrozenMap
 from flux_dws.policy import (
     CONFIG_KEYS,
     DEFAULT_TIMEOUTS,
     TIMEOUT_KEYS,
-    FrozenMap,
     Policy,
     TimeoutBound,
     load_policy,
