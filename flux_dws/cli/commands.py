@@ -1,0 +1,238 @@
+"""The I/O shell of ``flux dws status|list|logs|cleanup|service``: read, build a view, print.
+
+Each command takes its parsed arguments, a Source, an output stream and the time, so tests
+run them against a Stack exactly as users run them against a Flux instance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, Callable, TextIO
+
+from flux_dws.cli.inventory import Sweep, filter_rows, list_rows, plan_cleanup
+from flux_dws.cli.jobid import f58, f58_prefix, parse_jobid
+from flux_dws.cli.render import (
+    LIST_FIELDS,
+    LIST_FORMATS,
+    dumps,
+    format_table,
+    list_record,
+    render_logs,
+    render_status,
+    to_jsonable,
+)
+from flux_dws.cli.sources import Source, SourceError, user_id, user_name
+from flux_dws.cli.views import build_logs, build_status, events_named, job_state
+from flux_dws.errors import DwsError
+from flux_dws.k8s import KubeError
+from flux_dws.states import State
+from flux_dws.workflow import view_workflow
+
+log = logging.getLogger("flux_dws.cli")
+
+#: How often ``cleanup`` re-reads a workflow while waiting for its Teardown.
+CLEANUP_POLL = 0.5
+
+
+def _live_workflow(
+    source: Source, eventlog: Sequence[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, str]:
+    """The job's workflow object if the job is still active, else None and why not.
+
+    An inactive job's workflow was deleted before the job was let go, and a user may have no
+    Kubernetes credentials at all; then the eventlog alone tells the story.
+    """
+    created = events_named(eventlog, "dws-workflow")
+    if not created:
+        return None, ""
+    if job_state(eventlog) == "INACTIVE":
+        return None, ""
+    context = created[-1].get("context") or {}
+    name, namespace = context.get("name"), context.get("namespace")
+    try:
+        kube = source.kube()
+        if namespace and namespace != kube.namespace:
+            return None, f"in namespace {namespace}, not the configured {kube.namespace}"
+        obj = kube.get_workflow(str(name))
+    except KubeError as exc:
+        return None, f"not read: {exc}"
+    return obj, "" if obj is not None else "not found in Kubernetes"
+
+
+def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:
+    jobid = parse_jobid(args.jobid)
+    eventlog = source.eventlog(jobid)
+    workflow, note = _live_workflow(source, eventlog)
+    view = build_status(jobid, eventlog, workflow, now, workflow_note=note)
+    if args.json:
+        print(dumps(view), file=out)
+    else:
+        lines = render_status(view, prefix=f58_prefix(out), user_name=user_name)
+        print("\n".join(lines), file=out)
+    return 0
+
+
+def logs(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:
+    jobid = parse_jobid(args.jobid)
+    eventlog = source.eventlog(jobid)
+    workflow, note = _live_workflow(source, eventlog)
+    view = build_logs(jobid, eventlog, workflow, workflow_note=note)
+    if args.json:
+        print(dumps(view), file=out)
+    else:
+        print("\n".join(render_logs(view, prefix=f58_prefix(out))), file=out)
+    return 0
+
+
+def parse_states(text: str | None) -> list[State] | None:
+    """ "setup,PreRun" -> states; None for no filter; DwsError names an unknown word."""
+    if not text:
+        return None
+    states = []
+    for word in text.split(","):
+        word = word.strip()
+        match = [s for s in State if word.lower() in (s.key, s.value.lower())]
+        if not match:
+            known = ", ".join(s.value for s in State)
+            raise DwsError(f"unknown state {word!r} in --state (known: {known})")
+        states.append(match[0])
+    return states
+
+
+def list_(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:
+    fmt = LIST_FORMATS.get(args.format or "default", args.format)
+    states = parse_states(args.state)
+    if args.all:
+        userids = None
+    elif args.user:
+        userids = None if args.user == "all" else [user_id(args.user)]
+    else:
+        userids = [os.getuid()]
+    workflows, _ = source.kube().list_workflows()
+    try:
+        phases = {int(r["id"]): str(r.get("phase", "-")) for r in source.held_jobs()}
+    except (SourceError, KeyError, TypeError, ValueError) as exc:
+        log.debug("job phases not shown: %s", exc)
+        phases = {}
+    rows = filter_rows(
+        list_rows(workflows, now, phases=phases, user_name=user_name),
+        states=states,
+        userids=userids,
+    )
+    if args.json:
+        print(dumps({"workflows": [to_jsonable(r) for r in rows]}), file=out)
+        return 0
+    prefix = f58_prefix(out)
+    records = [list_record(r, prefix=prefix) for r in rows]
+    for line in format_table(records, fmt, LIST_FIELDS, header=not args.no_header):
+        print(line, file=out)
+    return 0
+
+
+def cleanup(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:
+    """The orphan sweep: Teardown, then delete, each workflow of ours whose job is not held.
+
+    Workflows are listed before held jobs: a workflow is only ever created for a job the
+    plugin already holds, so a job seen held later cannot be one missed in between.
+    """
+    kube = source.kube()
+    workflows, _ = kube.list_workflows()
+    held = {int(r["id"]) for r in source.held_jobs() if r.get("phase") != "gone"}
+    plan = plan_cleanup(workflows, held, source.identity)
+    prefix = f58_prefix(out)
+    if not plan:
+        print(f"no orphaned workflows for instance {source.identity}", file=out)
+        return 0
+    if args.dry_run:
+        for sweep in plan:
+            print(
+                f"would sweep {sweep.name} ({f58(sweep.jobid, prefix)}): {sweep.reason}", file=out
+            )
+        return 0
+    return _sweep(plan, kube, out, prefix, timeout=args.timeout, force=args.force)
+
+
+def _sweep(
+    plan: Sequence[Sweep],
+    kube: Any,
+    out: TextIO,
+    prefix: str,
+    *,
+    timeout: float,
+    force: bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    pending: dict[str, Sweep] = {}
+    failed = 0
+    for sweep in plan:
+        try:
+            kube.set_desired_state(sweep.name, State.TEARDOWN, hurry=True)
+            pending[sweep.name] = sweep
+            log.info("job %d: workflow %s: Teardown requested (orphan)", sweep.jobid, sweep.name)
+        except KubeError as exc:
+            if exc.status == 404:
+                print(f"{sweep.name}: already gone", file=out)
+                continue
+            failed += 1
+            print(f"{sweep.name}: Teardown not requested: {exc}", file=out)
+    deadline = clock() + timeout
+    while pending:
+        for name, sweep in list(pending.items()):
+            outcome = _teardown_outcome(kube, name)
+            if outcome is None and clock() < deadline:
+                continue
+            if outcome is None and not force:
+                failed += 1
+                print(
+                    f"{name} ({f58(sweep.jobid, prefix)}): Teardown not done after"
+                    f" {timeout:g}s; left in place (run again, or use --force to delete it)",
+                    file=out,
+                )
+                del pending[name]
+                continue
+            try:
+                kube.delete_workflow(name)
+            except KubeError as exc:
+                failed += 1
+                print(f"{name}: not deleted: {exc}", file=out)
+            else:
+                done = outcome or f"Teardown not done after {timeout:g}s, deleted anyway"
+                print(f"swept {name} ({f58(sweep.jobid, prefix)}): {done}", file=out)
+            del pending[name]
+        if pending:
+            sleep(CLEANUP_POLL)
+    return 1 if failed else 0
+
+
+def _teardown_outcome(kube: Any, name: str) -> str | None:
+    """How Teardown ended ("Teardown complete", "Teardown failed: ..."), None while running."""
+    obj = kube.get_workflow(name)
+    if obj is None:
+        return "already gone"
+    try:
+        wf = view_workflow(obj)
+    except DwsError as exc:
+        return f"unreadable ({exc}), deleted"
+    if wf.desired_state is not State.TEARDOWN:
+        return None
+    if wf.complete:
+        return "Teardown complete, deleted"
+    if wf.failed:
+        return f"Teardown failed ({wf.user_message}), deleted"
+    return None
+
+
+def service(args: argparse.Namespace) -> int:
+    try:
+        from flux_dws.daemon import main as daemon_main
+    except ImportError as exc:
+        if exc.name and exc.name.startswith("flux_dws"):
+            raise SourceError("the service (flux_dws.daemon) is not part of this install") from None
+        raise
+    rest = list(args.rest)
+    return int(daemon_main(rest[1:] if rest[:1] == ["--"] else rest) or 0)

@@ -1,0 +1,167 @@
+"""This instance's workflows as ``flux dws list`` shows them, and the orphan sweep's plan.
+
+Pure functions of the listed Workflow objects (and the jobs the dws plugin holds); the caller
+lists them with KubeClient.list_workflows, which already selects this instance's label, and the
+sweep plan checks that label again, with the job ID and the name, before naming anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from flux_dws.cli.views import read_workflow
+from flux_dws.errors import DwsError
+from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, workflow_name
+from flux_dws.states import State
+from flux_dws.workflow import parse_time
+
+# --------------------------------------------------------------------------- flux dws list
+
+
+@dataclass(frozen=True)
+class ListRow:
+    """One workflow in ``flux dws list``; the fields ``-o`` may name."""
+
+    jobid: int
+    name: str
+    namespace: str
+    userid: int | None
+    user: str
+    state: str
+    desired: str
+    status: str
+    ready: bool
+    age: float | None
+    in_state: float | None
+    phase: str
+    message: str
+
+
+def list_rows(
+    workflows: Iterable[Mapping[str, Any]],
+    now: float,
+    *,
+    phases: Mapping[int, str] | None = None,
+    user_name: Callable[[int], str] = str,
+) -> list[ListRow]:
+    """One row per workflow, newest job first; ``phases``: jobid -> where the plugin holds it.
+
+    A workflow that cannot be read still gets a row (state "?", the problem as its message):
+    a list that hides what it cannot parse hides exactly what an admin needs to see.
+    """
+    rows = []
+    for obj in workflows:
+        wf, problem = read_workflow(obj)
+        meta = _mapping(obj.get("metadata"))
+        uid = _mapping(obj.get("spec")).get("userID")
+        userid = uid if isinstance(uid, int) and not isinstance(uid, bool) else None
+        jobid = _jobid(obj)
+        created = _created(meta)
+        since = wf.desired_state_change if wf is not None else None
+        rows.append(
+            ListRow(
+                jobid=-1 if jobid is None else jobid,
+                name=str(meta.get("name", "")),
+                namespace=str(meta.get("namespace", "")),
+                userid=userid,
+                user="-" if userid is None else user_name(userid),
+                state=(wf.state or wf.desired_state).value if wf else "?",
+                desired=wf.desired_state.value if wf else "?",
+                status=(wf.status.value if wf.status else "-") if wf else "?",
+                ready=bool(wf and wf.ready),
+                age=None if created is None else max(0.0, now - created),
+                in_state=None if since is None else max(0.0, now - since),
+                phase=(phases or {}).get(jobid, "-") if jobid is not None else "-",
+                message=wf.user_message if wf else problem,
+            )
+        )
+    rows.sort(key=lambda r: r.jobid, reverse=True)
+    return rows
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _created(meta: Mapping[str, Any]) -> float | None:
+    try:
+        return parse_time(meta.get("creationTimestamp"))
+    except DwsError:
+        return None
+
+
+def filter_rows(
+    rows: Iterable[ListRow],
+    *,
+    states: Iterable[State] | None = None,
+    userids: Iterable[int] | None = None,
+) -> list[ListRow]:
+    """Rows whose state is one of ``states`` and whose owner is one of ``userids`` (None: any)."""
+    wanted_states = None if states is None else {s.value for s in states}
+    wanted_users = None if userids is None else set(userids)
+    return [
+        r
+        for r in rows
+        if (wanted_states is None or r.state in wanted_states)
+        and (wanted_users is None or r.userid in wanted_users)
+    ]
+
+
+# --------------------------------------------------------------------------- flux dws cleanup
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A workflow the orphan sweep will tear down and delete, and why."""
+
+    name: str
+    jobid: int
+    reason: str
+
+
+def _jobid(obj: Mapping[str, Any]) -> int | None:
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    value = spec.get("jobID") if isinstance(spec, Mapping) else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def plan_cleanup(
+    workflows: Iterable[Mapping[str, Any]], held_jobids: Iterable[int], identity: str
+) -> list[Sweep]:
+    """The workflows of this instance whose job it no longer holds.
+
+    A workflow qualifies only if everything about it says it is ours: the instance label is
+    ``identity``, the jobid label agrees with spec.jobID, and its name is the one this
+    instance gives that job.  Anything else is left alone, whatever lister returned it.
+    """
+    held = set(held_jobids)
+    plan = []
+    for obj in workflows:
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if not isinstance(meta, Mapping):
+            continue
+        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+        jobid = _jobid(obj)
+        if (
+            jobid is None
+            or labels.get(INSTANCE_LABEL) != identity
+            or labels.get(JOBID_LABEL) != str(jobid)
+            or meta.get("name") != workflow_name(identity, jobid)
+            or jobid in held
+        ):
+            continue
+        if meta.get("deletionTimestamp"):
+            reason = f"job {jobid} is not held by this instance; the workflow is being deleted"
+        else:
+            reason = f"job {jobid} is not held by this instance (inactive or unknown)"
+        plan.append(Sweep(name=str(meta["name"]), jobid=jobid, reason=reason))
+    plan.sort(key=lambda s: s.jobid)
+    return plan

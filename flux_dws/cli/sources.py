@@ -1,0 +1,209 @@
+"""Where ``flux dws`` commands read from: a real Flux instance, or a Stack in tests/simulate.
+
+A source gives three things: a job's eventlog, the jobs the dws jobtap plugin holds
+(``job-manager.dws.list``), and a KubeClient for this instance's workflows.  Each call is
+bounded (RPC timeout; the KubeClient's own per-request timeout and retry limit) and fails
+with one line.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import pwd
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from flux_dws.errors import DwsError
+from flux_dws.k8s import KubeClient
+from flux_dws.policy import Policy, policy_from_table
+
+#: Seconds any one Flux RPC may take before the command gives up on it.
+RPC_TIMEOUT = 10.0
+#: Per-request timeout and retries for the command's Kubernetes calls: a person is waiting.
+KUBE_TIMEOUT = 5.0
+KUBE_RETRIES = 1
+
+
+class SourceError(DwsError):
+    """A source could not answer; str() is the one line shown after ``flux dws CMD:``."""
+
+
+class Source(Protocol):
+    identity: str
+    policy: Policy
+
+    def eventlog(self, jobid: int) -> list[dict[str, Any]]:
+        """The job's main eventlog, oldest first; SourceError for an unknown job."""
+
+    def held_jobs(self) -> list[dict[str, Any]]:
+        """The dws plugin's records of the jobs it holds (doc/protocol.rst)."""
+
+    def kube(self) -> KubeClient:
+        """A KubeClient for this instance's workflows, connected on first use."""
+
+    def close(self) -> None: ...
+
+
+def user_name(uid: int) -> str:
+    """The login name of ``uid``, or the number when the system does not know it."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def user_id(text: str) -> int:
+    """A user given by name or number; SourceError names an unknown one."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise SourceError(f"unknown user {text!r}") from None
+
+
+class _KubeMixin:
+    identity: str
+    policy: Policy
+    _kubeconfig: str | None
+    _kube: KubeClient | None = None
+
+    def kube(self) -> KubeClient:
+        if self._kube is None:
+            self._kube = KubeClient.connect(
+                namespace=self.policy.namespace,
+                identity=self.identity,
+                kubeconfig=self._kubeconfig,
+                workflow_version=self.policy.workflow_version,
+                nnf_version=self.policy.nnf_version,
+                timeout=KUBE_TIMEOUT,
+                retries=KUBE_RETRIES,
+            )
+        return self._kube
+
+    def close(self) -> None:
+        if self._kube is not None:
+            self._kube.close()
+            self._kube = None
+
+
+# --------------------------------------------------------------------------- real Flux
+
+
+def flux_uri_problem(environ: Mapping[str, str]) -> str | None:
+    """Why the commands cannot reach a Flux instance, or None if they may try."""
+    if not environ.get("FLUX_URI"):
+        return "not running under a Flux instance (FLUX_URI is not set)"
+    return None
+
+
+class FluxSource(_KubeMixin):
+    """The Flux instance in FLUX_URI: flux-core's Python bindings, imported only here."""
+
+    def __init__(self, timeout: float = RPC_TIMEOUT) -> None:
+        try:
+            import flux
+        except ImportError:
+            raise SourceError(
+                "flux-core's Python bindings are not importable (run it as `flux dws ...`)"
+            ) from None
+        from flux_dws.daemon import instance_identity
+
+        self.timeout = timeout
+        try:
+            self.handle = flux.Flux()
+        except OSError as exc:
+            raise SourceError(
+                f"cannot connect to the Flux instance: {exc.strerror or exc}"
+            ) from None
+        try:
+            self.policy = policy_from_table(self.handle.conf_get("dws") or {})
+            self.identity = instance_identity(self.handle, self.policy)
+        except OSError as exc:
+            raise SourceError(f"cannot read the instance's [dws] config: {exc.strerror}") from None
+        except ValueError as exc:  # PolicyError, invalid identity
+            raise SourceError(str(exc)) from None
+        self._kubeconfig = self.policy.kubeconfig
+
+    def _rpc(self, topic: str, payload: Mapping[str, Any], what: str) -> dict[str, Any]:
+        try:
+            return self.handle.rpc(topic, dict(payload)).wait_for(self.timeout).get() or {}
+        except OSError as exc:
+            if exc.errno == errno.ETIMEDOUT:
+                raise SourceError(f"{what}: no answer from {topic} in {self.timeout:g}s") from None
+            if exc.errno == errno.EPERM:
+                raise SourceError(f"{what}: permission denied (instance owner only)") from None
+            if exc.errno == errno.ENOSYS:
+                raise SourceError(
+                    f"{what}: {topic} is not served (is the plugin loaded?)"
+                ) from None
+            raise SourceError(f"{what}: {exc.strerror or exc}") from None
+
+    def eventlog(self, jobid: int) -> list[dict[str, Any]]:
+        payload = {"id": jobid, "keys": ["eventlog"], "flags": 0}
+        try:
+            response = self.handle.rpc("job-info.lookup", payload).wait_for(self.timeout).get()
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise SourceError(f"job {jobid} not found") from None
+            if exc.errno == errno.EPERM:
+                raise SourceError(f"job {jobid}: not your job") from None
+            raise SourceError(f"job {jobid}: {exc.strerror or exc}") from None
+        text = (response or {}).get("eventlog") or ""
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as exc:
+            raise SourceError(f"job {jobid}: unreadable eventlog: {exc}") from None
+
+    def held_jobs(self) -> list[dict[str, Any]]:
+        return list(self._rpc("job-manager.dws.list", {}, "dws plugin").get("jobs") or [])
+
+
+# --------------------------------------------------------------------------- Stack
+
+
+class StackSource(_KubeMixin):
+    """A running flux_dws.testing.stack.Stack, read as the commands read a real instance."""
+
+    def __init__(self, stack: Any, timeout: float = RPC_TIMEOUT) -> None:
+        self.stack = stack
+        self.policy = stack.policy
+        self.identity = stack.identity
+        self.timeout = timeout
+        self._kubeconfig = stack.kubeconfig
+
+    def eventlog(self, jobid: int) -> list[dict[str, Any]]:
+        try:
+            return list(self.stack.flux.info(jobid).eventlog)
+        except OSError:
+            raise SourceError(f"job {jobid} not found") from None
+
+    def held_jobs(self) -> list[dict[str, Any]]:
+        """Through the plugin's ``list`` method, on a connection of our own."""
+        from flux_dws.loop import Loop
+
+        connect = getattr(self.stack.flux, "connect", None)
+        if connect is None:
+            raise SourceError("this stack's job-manager takes no client connections")
+        loop = Loop(name="flux-dws-cli").start_thread()
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def answered(response: Any, error: Any) -> None:
+            box.update(response=response, error=error)
+            done.set()
+
+        connection = connect(loop)
+        try:
+            connection.rpc("list", {}, answered)
+            if not done.wait(self.timeout):
+                raise SourceError(f"dws plugin: no answer to list in {self.timeout:g}s")
+        finally:
+            connection.close()
+            loop.stop()
+            loop.join(5)
+        if box["error"] is not None:
+            raise SourceError(f"dws plugin: {box['error']}")
+        return list((box["response"] or {}).get("jobs") or [])

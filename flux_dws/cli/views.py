@@ -1,0 +1,551 @@
+"""What ``flux dws`` shows, as pure functions of what was read and the time.
+
+Every view is built from a job's eventlog (what flux-dws recorded on the job, doc/protocol.rst)
+and, when it still exists, the job's Workflow object; nothing here reads a clock or does I/O,
+so the commands and their tests see the same thing for the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from flux_dws.errors import DwsError
+from flux_dws.fsd import parse_fsd
+from flux_dws.states import STATE_KEYS, State
+from flux_dws.workflow import ContainerState, WorkflowView, view_workflow
+
+Event = Mapping[str, Any]
+
+#: Flux job states after each job-manager event that moves one (RFC 21).
+_JOB_STATE_AFTER = {
+    "submit": "NEW",
+    "validate": "DEPEND",
+    "depend": "PRIORITY",
+    "priority": "SCHED",
+    "alloc": "RUN",
+    "finish": "CLEANUP",
+    "clean": "INACTIVE",
+}
+_ACTIVE_BEFORE_CLEANUP = frozenset({"DEPEND", "PRIORITY", "SCHED", "RUN"})
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def events_named(eventlog: Iterable[Event], name: str) -> list[Event]:
+    return [e for e in eventlog if e.get("name") == name]
+
+
+def _context(event: Event | None) -> Mapping[str, Any]:
+    ctx = (event or {}).get("context")
+    return ctx if isinstance(ctx, Mapping) else {}
+
+
+def _last(eventlog: Sequence[Event], name: str) -> Event | None:
+    found = events_named(eventlog, name)
+    return found[-1] if found else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _seconds(fsd: Any) -> float | None:
+    try:
+        return parse_fsd(fsd)
+    except ValueError:
+        return None
+
+
+def _state(value: Any) -> State | None:
+    try:
+        return State.parse(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def fatal_exception(eventlog: Sequence[Event]) -> Mapping[str, Any] | None:
+    """The context of the job's first fatal (severity 0) exception."""
+    for event in events_named(eventlog, "exception"):
+        if _context(event).get("severity") == 0:
+            return _context(event)
+    return None
+
+
+def job_state(eventlog: Sequence[Event]) -> str:
+    """The Flux job state the eventlog has reached (NEW ... INACTIVE)."""
+    state = "NEW"
+    for event in eventlog:
+        name = event.get("name")
+        if name == "exception" and _context(event).get("severity") == 0:
+            if state in _ACTIVE_BEFORE_CLEANUP:
+                state = "CLEANUP"
+        elif name in _JOB_STATE_AFTER:
+            state = _JOB_STATE_AFTER[str(name)]
+    return state
+
+
+def job_result(eventlog: Sequence[Event]) -> str | None:
+    """The result ``flux jobs`` shows for an inactive job; None while it is active."""
+    if job_state(eventlog) != "INACTIVE":
+        return None
+    exc = fatal_exception(eventlog)
+    if exc is not None:
+        return {"cancel": "CANCELED", "timeout": "TIMEOUT"}.get(str(exc.get("type")), "FAILED")
+    finish = _last(eventlog, "finish")
+    return "COMPLETED" if finish is not None and _context(finish).get("status") == 0 else "FAILED"
+
+
+def _job_end(eventlog: Sequence[Event]) -> float | None:
+    """When the job stopped needing its workflow: the dws epilog's end, else ``clean``."""
+    for event in reversed(eventlog):
+        if event.get("name") in ("epilog-finish", "clean"):
+            return _number(event.get("timestamp"))
+    return None
+
+
+def read_workflow(obj: Mapping[str, Any] | None) -> tuple[WorkflowView | None, str]:
+    """The workflow's view, or None and why it could not be read."""
+    if obj is None:
+        return None, ""
+    try:
+        return view_workflow(obj), ""
+    except DwsError as exc:
+        return None, f"unreadable workflow: {exc}"
+
+
+# --------------------------------------------------------------------------- flux dws status
+
+
+@dataclass(frozen=True)
+class StateSpan:
+    """One workflow state as the job lived it: from the service's ``dws-state`` events."""
+
+    state: State
+    start: float
+    duration: float
+    running: bool  # the state the workflow is in now (the job is still active)
+    timeout: str | None  # the effective timeout as posted ("15m"), None for none
+    deadline: float | None  # absolute; None for no timeout
+    left: float | None  # deadline - now, for the running state only
+    ready_at: float | None = None  # the workflow's readyChange, for the running state only
+
+
+@dataclass(frozen=True)
+class TimeoutLine:
+    """One effective timeout and how much of it was used or is left."""
+
+    key: str  # a TIMEOUT_KEY ("prerun", "transient") or "container-prerun"/"container-postrun"
+    value: str  # as in effect, FSD
+    progress: str  # "pending", "running", "done", "skipped", "active", "clear"
+    used: float | None = None
+    left: float | None = None
+
+
+@dataclass(frozen=True)
+class Container:
+    """The job's container outcome and where it was read from."""
+
+    state: str
+    phase: str
+    reason: str
+    detail: str
+    source: str  # "job" (the dws-container event) or "workflow" (the live object)
+
+
+@dataclass(frozen=True)
+class Transient:
+    state: str
+    since: float | None  # None once the condition cleared
+    message: str
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True)
+class LiveWorkflow:
+    """What the live Workflow object says right now."""
+
+    name: str
+    namespace: str
+    desired_state: str
+    state: str
+    status: str
+    ready: bool
+    message: str
+    deleting: bool
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Everything ``flux dws status`` shows for one job."""
+
+    jobid: int
+    userid: int | None
+    job_state: str
+    result: str | None
+    workflow_name: str
+    namespace: str
+    current: str | None  # the last state flux-dws asked for
+    timeline: tuple[StateSpan, ...]
+    timeouts: tuple[TimeoutLine, ...]
+    workflow: LiveWorkflow | None
+    workflow_note: str  # why the live workflow is not shown, when it is not
+    container: Container | None
+    transient: Transient | None
+    last_message: str
+    exception: Mapping[str, Any] | None = field(hash=False)
+    teardown_failed: str | None
+    env: Mapping[str, str] = field(hash=False)
+    now: float = 0.0
+
+
+def timeline(eventlog: Sequence[Event], *, now: float, active: bool) -> tuple[StateSpan, ...]:
+    """The states the service asked for, each with its start, duration and deadline.
+
+    A repeated ``dws-state`` for the state already in force (a restarted service posting it
+    again) keeps the first start and takes the later deadline.
+    """
+    entries: list[tuple[State, float, str | None, float | None]] = []
+    for event in events_named(eventlog, "dws-state"):
+        ctx = _context(event)
+        state, start = _state(ctx.get("state")), _number(event.get("timestamp"))
+        if state is None or start is None:
+            continue
+        timeout = ctx.get("timeout") if isinstance(ctx.get("timeout"), str) else None
+        deadline = _number(ctx.get("deadline"))
+        if entries and entries[-1][0] is state:
+            entries[-1] = (state, entries[-1][1], timeout, deadline)
+        else:
+            entries.append((state, start, timeout, deadline))
+    end_of_job = None if active else (_job_end(eventlog) or now)
+    spans = []
+    for i, (state, start, timeout, deadline) in enumerate(entries):
+        last = i == len(entries) - 1
+        running = last and active
+        if not last:
+            end = entries[i + 1][1]
+        else:
+            end = now if active else max(end_of_job or start, start)
+        spans.append(
+            StateSpan(
+                state=state,
+                start=start,
+                duration=max(0.0, end - start),
+                running=running,
+                timeout=timeout,
+                deadline=deadline,
+                left=(deadline - now) if running and deadline is not None else None,
+            )
+        )
+    return tuple(spans)
+
+
+def _with_ready(spans: tuple[StateSpan, ...], wf: WorkflowView | None) -> tuple[StateSpan, ...]:
+    """Mark when the running state became ready, from the workflow's own timestamps."""
+    if not spans or wf is None or not spans[-1].running:
+        return spans
+    last = spans[-1]
+    if wf.state is last.state and wf.ready and wf.ready_change is not None:
+        last = replace(last, ready_at=wf.ready_change)
+    return (*spans[:-1], last)
+
+
+def timeout_lines(
+    eventlog: Sequence[Event], spans: Sequence[StateSpan], *, now: float, active: bool
+) -> tuple[TimeoutLine, ...]:
+    """The effective timeouts (``dws-workflow``, ``dws-proposal``) and what is left of each."""
+    posted = _context(_last(eventlog, "dws-workflow")).get("timeouts")
+    posted = posted if isinstance(posted, Mapping) else {}
+    by_state = {span.state: span for span in spans}
+    lines = []
+    for key in (*STATE_KEYS, *sorted(k for k in posted if k not in STATE_KEYS)):
+        if key not in posted:
+            continue
+        value = str(posted[key])
+        if key == "transient":
+            lines.append(_transient_line(eventlog, value, spans, now=now, active=active))
+            continue
+        state = _state(key)
+        span = by_state.get(state) if state is not None else None
+        lines.append(_span_line(key, value, span, now=now, active=active))
+    container = _context(_last(eventlog, "dws-proposal")).get("container_timeouts")
+    if isinstance(container, Mapping):
+        for key in sorted(container, key=lambda k: STATE_KEYS.index(k) if k in STATE_KEYS else 99):
+            span = by_state.get(_state(key)) if _state(key) is not None else None
+            lines.append(
+                _span_line(f"container-{key}", str(container[key]), span, now=now, active=active)
+            )
+    return tuple(lines)
+
+
+def _span_line(
+    key: str, value: str, span: StateSpan | None, *, now: float, active: bool
+) -> TimeoutLine:
+    seconds = _seconds(value)
+    if span is None:
+        return TimeoutLine(key, value, "pending" if active else "skipped")
+    if not span.running:
+        return TimeoutLine(key, value, "done", used=span.duration)
+    if span.left is not None and key in STATE_KEYS:
+        left = span.left  # the service's own deadline is the one that counts
+    else:
+        left = None if seconds is None or math.isinf(seconds) else span.start + seconds - now
+    return TimeoutLine(key, value, "running", used=span.duration, left=left)
+
+
+def _transient_line(
+    eventlog: Sequence[Event],
+    value: str,
+    spans: Sequence[StateSpan],
+    *,
+    now: float,
+    active: bool,
+) -> TimeoutLine:
+    current = transient_condition(eventlog)
+    seconds = _seconds(value)
+    running = spans[-1] if spans and spans[-1].running else None
+    if (
+        active
+        and current is not None
+        and current.since is not None
+        and running is not None
+        and current.state == running.state.value
+    ):
+        used = now - current.since
+        left = None if seconds is None or math.isinf(seconds) else current.since + seconds - now
+        return TimeoutLine("transient", value, "active", used=used, left=left)
+    return TimeoutLine("transient", value, "clear")
+
+
+def transient_condition(eventlog: Sequence[Event]) -> Transient | None:
+    event = _last(eventlog, "dws-transient")
+    if event is None:
+        return None
+    ctx = _context(event)
+    return Transient(
+        state=str(ctx.get("state", "")),
+        since=_number(ctx.get("since")),
+        message=str(ctx.get("message") or ""),
+        timestamp=_number(event.get("timestamp")),
+    )
+
+
+def container_outcome(eventlog: Sequence[Event], wf: WorkflowView | None) -> Container | None:
+    """The recorded outcome (``dws-container``), else what the live workflow says."""
+    event = _last(eventlog, "dws-container")
+    if event is not None:
+        ctx = _context(event)
+        return Container(
+            state=str(ctx.get("state", "")),
+            phase=str(ctx.get("phase") or ""),
+            reason=str(ctx.get("reason") or ""),
+            detail=str(ctx.get("detail") or ""),
+            source="job",
+        )
+    if wf is not None and wf.container.state is not ContainerState.NONE:
+        outcome = wf.container
+        return Container(
+            state=outcome.state.value,
+            phase=outcome.phase.value if outcome.phase else "",
+            reason=outcome.reason,
+            detail=outcome.detail,
+            source="workflow",
+        )
+    return None
+
+
+def last_message(eventlog: Sequence[Event], wf: WorkflowView | None) -> str:
+    """The workflow's own message if it has one, else the latest one flux-dws recorded that
+    no later state change has made stale (a TransientCondition, waiting for the service, a
+    Teardown given up)."""
+    if wf is not None and wf.user_message:
+        return wf.user_message
+    for event in reversed(eventlog):
+        ctx = _context(event)
+        name = event.get("name")
+        if name == "dws-transient":
+            return str(ctx.get("message") or "") if ctx.get("since") is not None else ""
+        if name in ("dws-waiting", "dws-teardown-failed"):
+            return str(ctx.get("reason") or "")
+        if name in ("dws-state", "dws-workflow"):
+            return ""
+    return ""
+
+
+def build_status(
+    jobid: int,
+    eventlog: Sequence[Event],
+    workflow: Mapping[str, Any] | None,
+    now: float,
+    *,
+    workflow_note: str = "",
+) -> JobStatus:
+    """The status of one job from its eventlog and its Workflow object (None: not found or
+    not looked up; ``workflow_note`` says why when it was not)."""
+    state = job_state(eventlog)
+    active = state != "INACTIVE"
+    wf, unreadable = read_workflow(workflow)
+    created = _context(_last(eventlog, "dws-workflow"))
+    spans = _with_ready(timeline(eventlog, now=now, active=active), wf)
+    submit = _context(_last(eventlog, "submit"))
+    userid = submit.get("userid")
+    env = _context(_last(eventlog, "dws-environment")).get("env")
+    teardown = _last(eventlog, "dws-teardown-failed")
+    note = unreadable or workflow_note
+    if wf is None and not note and created:
+        note = "deleted" if not active else "not found"
+    return JobStatus(
+        jobid=jobid,
+        userid=userid if isinstance(userid, int) and not isinstance(userid, bool) else None,
+        job_state=state,
+        result=job_result(eventlog),
+        workflow_name=str(created.get("name") or (wf.name if wf else "")),
+        namespace=str(created.get("namespace") or (wf.namespace if wf else "")),
+        current=spans[-1].state.value if spans else None,
+        timeline=spans,
+        timeouts=timeout_lines(eventlog, spans, now=now, active=active),
+        workflow=_live(wf),
+        workflow_note=note,
+        container=container_outcome(eventlog, wf),
+        transient=transient_condition(eventlog),
+        last_message=last_message(eventlog, wf),
+        exception=fatal_exception(eventlog),
+        teardown_failed=str(_context(teardown).get("reason") or "") if teardown else None,
+        env=dict(env) if isinstance(env, Mapping) else {},
+        now=now,
+    )
+
+
+def _live(wf: WorkflowView | None) -> LiveWorkflow | None:
+    if wf is None:
+        return None
+    return LiveWorkflow(
+        name=wf.name,
+        namespace=wf.namespace,
+        desired_state=wf.desired_state.value,
+        state=wf.state.value if wf.state else "",
+        status=wf.status.value if wf.status else "",
+        ready=wf.ready,
+        message=wf.user_message,
+        deleting=wf.deleting,
+    )
+
+
+# --------------------------------------------------------------------------- flux dws logs
+
+
+@dataclass(frozen=True)
+class DriverError:
+    """A driver entry of the live workflow that reports trouble."""
+
+    dwd_index: int
+    state: str
+    driver: str
+    status: str
+    message: str
+    error: str
+
+
+@dataclass(frozen=True)
+class JobLogs:
+    """What went wrong for a job, as recorded: the container outcome and driver errors."""
+
+    jobid: int
+    container: Container | None
+    exception: Mapping[str, Any] | None = field(hash=False)
+    transients: tuple[Transient, ...] = ()
+    waiting: tuple[str, ...] = ()
+    teardown_failed: str | None = None
+    drivers: tuple[DriverError, ...] = ()
+    workflow_note: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.container
+            or self.exception
+            or self.transients
+            or self.waiting
+            or self.teardown_failed
+            or self.drivers
+        )
+
+
+def build_logs(
+    jobid: int,
+    eventlog: Sequence[Event],
+    workflow: Mapping[str, Any] | None,
+    *,
+    workflow_note: str = "",
+) -> JobLogs:
+    wf, unreadable = read_workflow(workflow)
+    transients = tuple(
+        Transient(
+            state=str(_context(e).get("state", "")),
+            since=_number(_context(e).get("since")),
+            message=str(_context(e).get("message") or ""),
+            timestamp=_number(e.get("timestamp")),
+        )
+        for e in events_named(eventlog, "dws-transient")
+    )
+    teardown = _last(eventlog, "dws-teardown-failed")
+    return JobLogs(
+        jobid=jobid,
+        container=container_outcome(eventlog, wf),
+        exception=fatal_exception(eventlog),
+        transients=transients,
+        waiting=tuple(
+            str(_context(e).get("reason") or "") for e in events_named(eventlog, "dws-waiting")
+        ),
+        teardown_failed=str(_context(teardown).get("reason") or "") if teardown else None,
+        drivers=driver_errors(wf),
+        workflow_note=unreadable or workflow_note,
+    )
+
+
+def driver_errors(wf: WorkflowView | None) -> tuple[DriverError, ...]:
+    """Driver entries with an error or a non-running status other than Completed."""
+    if wf is None:
+        return ()
+    return tuple(
+        DriverError(
+            dwd_index=d.dwd_index,
+            state=d.watch_state.value if d.watch_state else "",
+            driver=d.driver_id,
+            status=d.status,
+            message=d.message,
+            error=d.error,
+        )
+        for d in wf.drivers
+        if d.error or d.status in ("Error", "TransientCondition")
+    )
+
+
+# --------------------------------------------------------------------------- time, for people
+
+
+def format_duration(seconds: float | None) -> str:
+    """A short human duration ("0.35s", "4.2s", "3m12s", "2h05m", "3d04h"); "-" for None."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if math.isinf(seconds):
+        return "inf" if seconds > 0 else "-inf"
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if seconds < 10:
+        return f"{seconds:.2f}s" if seconds < 1 else f"{seconds:.1f}s"
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    if seconds < 3600:
+        m, s = divmod(int(seconds), 60)
+        return f"{m}m{s:02d}s"
+    if seconds < 86400:
+        h, rest = divmod(int(seconds), 3600)
+        return f"{h}h{rest // 60:02d}m"
+    d, rest = divmod(int(seconds), 86400)
+    return f"{d}d{rest // 3600:02d}h"

@@ -1,0 +1,121 @@
+"""Reject a bad #DW job at submit time: a flux-core job-ingest validator plugin.
+
+Everything :func:`flux_dws.request.request_from_attributes` refuses (a bad directive, an
+unknown preset, a timeout above the site maximum, ...) would otherwise fail the job later,
+in DEPEND.  Checking at ingest turns that into an error from ``flux submit`` itself, with the
+same one-line message.  Enable it in the instance config (flux-core loads plugins that are
+not in its namespace by file path)::
+
+    [ingest.validator]
+    plugins = ["jobspec", "/path/to/flux_dws/validator.py"]
+
+The policy is the instance's ``[dws]`` table, read once when the validator process starts.
+job-ingest restarts its validators on ``flux config reload`` (and whenever they were idle),
+so a changed table is picked up there.  A bad table rejects every #DW job with a message
+that names the bad key (and tells the admin, through the broker log) rather than accepting
+jobs the service will refuse; jobs without #DW pass untouched either way.
+
+flux is imported only when flux-core instantiates the plugin, so :func:`validate_attributes`
+and :class:`DwsValidator` import and test without flux-core.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flux_dws.errors import PolicyError, RequestError
+from flux_dws.policy import TABLE, Policy, policy_from_table
+from flux_dws.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes
+
+LOG = logging.getLogger("flux-dws.validator")
+#: Seconds to wait for the broker's answer to config.get.
+CONFIG_TIMEOUT = 30.0
+
+
+def validate_attributes(
+    system: Mapping[str, Any] | None, policy: Policy, userid: int, owner_uid: int
+) -> str | None:
+    """The one-line reason to reject a job with these attributes.system, or None to accept."""
+    try:
+        request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
+    except RequestError as exc:
+        return str(exc)
+    return None
+
+
+def is_dws_job(system: object) -> bool:
+    """True for attributes.system naming any DWS attribute: only such jobs are checked."""
+    return isinstance(system, Mapping) and (DW_ATTR in system or TIMEOUT_ATTR in system)
+
+
+def site_policy(config: Mapping[str, Any]) -> Policy | PolicyError:
+    """The instance's policy from its whole config, or the error that makes #DW jobs fail."""
+    try:
+        return policy_from_table(config.get(TABLE))
+    except PolicyError as exc:
+        return exc
+
+
+class DwsValidator:
+    """The validator's behaviour, free of flux: configured from a config dict and an owner."""
+
+    def __init__(self, parser: Any = None) -> None:
+        self.policy: Policy | PolicyError = PolicyError("flux-dws validator: not configured")
+        self.owner_uid = -1
+
+    def configure(self, args: Any) -> None:
+        """flux-core's hook, run once per validator process: read the config and owner."""
+        import flux  # late: only a running instance has it
+
+        try:
+            handle = flux.Flux()
+            config = handle.rpc("config.get").wait_for(CONFIG_TIMEOUT).get()
+            owner_uid = int(handle.attr_get("security.owner"))
+        except (OSError, ValueError) as exc:
+            self.policy = PolicyError(f"cannot read the instance config: {exc}")
+            LOG.error("%s: every #DW job is rejected until the validator restarts", self.policy)
+            return
+        self.use_config(config, owner_uid)
+
+    def use_config(self, config: Mapping[str, Any], owner_uid: int) -> None:
+        """Adopt the instance's config; a bad [dws] table is logged for the admin, once."""
+        self.policy = site_policy(config)
+        self.owner_uid = owner_uid
+        if isinstance(self.policy, PolicyError):
+            LOG.error("%s: every #DW job is rejected until the config is fixed", self.policy)
+
+    def validate(self, job: Any) -> tuple[int, str] | None:
+        """(EINVAL, reason) for a job to reject, None to accept (flux-core's contract)."""
+        attributes = job.jobspec.get("attributes") if isinstance(job.jobspec, Mapping) else None
+        system = attributes.get("system") if isinstance(attributes, Mapping) else None
+        if not is_dws_job(system):
+            return None
+        if isinstance(self.policy, PolicyError):
+            return (
+                errno.EINVAL,
+                f"#DW jobs are not accepted: this instance's DWS configuration is invalid "
+                f"({self.policy}); contact the administrator",
+            )
+        reason = validate_attributes(system, self.policy, job.userid, self.owner_uid)
+        return None if reason is None else (errno.EINVAL, reason)
+
+
+_validator_class: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``Validator``, the class flux-core instantiates, built on first use so flux loads late."""
+    global _validator_class
+    if name != "Validator":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _validator_class is None:
+        from flux.job.validator import ValidatorPlugin
+
+        class Validator(DwsValidator, ValidatorPlugin):
+            """flux-dws: reject #DW jobs whose directives or timeouts the site refuses."""
+
+        _validator_class = Validator
+    return _validator_class

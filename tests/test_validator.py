@@ -1,0 +1,171 @@
+"""The job-ingest validator: which jobs it checks, what it says, and how a bad [dws] table shows.
+
+The request rules themselves are tested in test_request.py; here the point is that the
+validator relays them unchanged, uses the submitting user and the instance owner the right
+way round, leaves other jobs alone, and that the module loads the way flux-core loads it.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import flux_dws.validator as validator_module
+from flux_dws.errors import PolicyError, RequestError
+from flux_dws.policy import policy_from_table
+from flux_dws.request import request_from_attributes
+from flux_dws.validator import DwsValidator, is_dws_job, site_policy, validate_attributes
+
+OWNER = 1000
+USER = 2000
+JOBDW = "#DW jobdw type=xfs capacity=1GiB name=scratch"
+CREATE = "#DW create_persistent name=keep type=lustre capacity=1TiB"
+CONFIG = {"dws": {"timeouts": {"prerun": {"max": "1h"}}}, "ingest": {"validator": {}}}
+SITE = policy_from_table(CONFIG["dws"])
+
+
+def job(system: Any, userid: int = USER) -> SimpleNamespace:
+    """A job as flux-core hands it to validate(): attributes only matter here."""
+    jobspec = {"version": 1, "attributes": {"system": system}, "tasks": [], "resources": []}
+    return SimpleNamespace(jobspec=jobspec, userid=userid, flags=0, urgency=16)
+
+
+def configured(config: dict[str, Any] = CONFIG) -> DwsValidator:
+    plugin = DwsValidator(parser=None)
+    plugin.use_config(config, OWNER)
+    return plugin
+
+
+# ---- validate_attributes: the pure check ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "system",
+    [
+        {"dw": JOBDW, "dw_timeout": {"prerun": "2h"}},
+        {"dw": "#DW jobdw type=xfs name=s"},
+        {"dw": "nosuchpreset"},
+        {"dw_timeout": {"prerun": "10m"}},
+        {"dw": [JOBDW, 7]},
+    ],
+)
+def test_rejection_is_the_request_error_message(system: dict[str, Any]) -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_attributes(system, SITE, userid=USER, owner_uid=OWNER)
+    assert validate_attributes(system, SITE, USER, OWNER) == str(info.value)
+
+
+def test_timeout_above_the_site_maximum_names_both() -> None:
+    reason = validate_attributes({"dw": JOBDW, "dw_timeout": {"prerun": "2h"}}, SITE, USER, OWNER)
+    assert reason == "system.dw_timeout.prerun=2h exceeds the site maximum of 1h"
+
+
+@pytest.mark.parametrize(
+    "system", [None, {}, {"duration": 60}, {"dw": JOBDW}, {"dw": JOBDW, "dw_timeout": {}}]
+)
+def test_acceptable_attributes_give_no_reason(system: Any) -> None:
+    assert validate_attributes(system, SITE, USER, OWNER) is None
+
+
+def test_persistent_storage_is_checked_against_the_submitting_user() -> None:
+    system = {"dw": CREATE}
+    assert validate_attributes(system, SITE, OWNER, OWNER) is None
+    reason = validate_attributes(system, SITE, USER, OWNER)
+    assert reason is not None and f"uid {OWNER}" in reason
+
+
+# ---- DwsValidator: what flux-core sees --------------------------------------------------------
+
+
+def test_bad_job_is_rejected_with_einval_and_the_message() -> None:
+    result = configured().validate(job({"dw": JOBDW, "dw_timeout": {"prerun": "2h"}}))
+    assert result == (errno.EINVAL, "system.dw_timeout.prerun=2h exceeds the site maximum of 1h")
+
+
+def test_good_job_is_accepted() -> None:
+    assert configured().validate(job({"dw": JOBDW, "dw_timeout": {"prerun": "30m"}})) is None
+
+
+def test_validate_uses_the_job_userid_and_the_configured_owner() -> None:
+    plugin = configured()
+    assert plugin.validate(job({"dw": CREATE}, userid=OWNER)) is None
+    result = plugin.validate(job({"dw": CREATE}, userid=USER))
+    assert result is not None and result[0] == errno.EINVAL
+
+
+@pytest.mark.parametrize(
+    "jobspec",
+    [
+        {"attributes": {"system": {"duration": 0}}},
+        {"attributes": {}},
+        {"attributes": ["not", "a", "table"]},
+        {"attributes": {"system": "not a table"}},
+        "not a jobspec",
+    ],
+)
+def test_jobs_without_dws_attributes_pass_even_with_a_bad_config(jobspec: Any) -> None:
+    plugin = configured({"dws": {"timeouts": {"prerun": {"max": "5x"}}}})
+    assert plugin.validate(SimpleNamespace(jobspec=jobspec, userid=USER)) is None
+
+
+def test_bad_dws_table_rejects_every_dws_job_naming_the_key() -> None:
+    plugin = configured({"dws": {"timeouts": {"prerun": {"max": "5x"}}}})
+    for system in ({"dw": JOBDW}, {"dw_timeout": {"prerun": "1m"}}):
+        result = plugin.validate(job(system))
+        assert result is not None
+        errnum, message = result
+        assert errnum == errno.EINVAL
+        assert "[dws] timeouts.prerun.max" in message and "\n" not in message
+
+
+def test_bad_dws_table_is_logged_once_for_the_admin(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("ERROR", logger="flux-dws.validator"):
+        configured({"dws": {"namespce": "x"}})
+    assert len(caplog.records) == 1
+    assert "namespce" in caplog.records[0].getMessage()
+
+
+def test_an_unconfigured_validator_refuses_dws_jobs_rather_than_guess() -> None:
+    result = DwsValidator(parser=None).validate(job({"dw": JOBDW}))
+    assert result is not None and result[0] == errno.EINVAL
+
+
+def test_site_policy_returns_the_error_instead_of_raising() -> None:
+    assert site_policy({}) == policy_from_table(None)
+    assert isinstance(site_policy({"dws": {"restrict-persistent": "yes"}}), PolicyError)
+
+
+def test_is_dws_job() -> None:
+    assert is_dws_job({"dw": "x"}) and is_dws_job({"dw_timeout": {}})
+    assert not is_dws_job({"duration": 1}) and not is_dws_job(None) and not is_dws_job("dw")
+
+
+# ---- loading ----------------------------------------------------------------------------------
+
+
+def test_module_imports_without_flux(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "flux" or m.startswith("flux.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "flux", None)  # any "import flux" now fails
+    module = importlib.reload(validator_module)
+    assert module.validate_attributes({"dw": JOBDW}, SITE, USER, OWNER) is None
+    with pytest.raises(ImportError):
+        module.Validator  # noqa: B018 - the class needs flux-core, and says so
+
+
+def test_flux_core_loads_the_file_as_a_validator_plugin() -> None:
+    """flux-core imports non-namespace plugins by file path and instantiates ``Validator``."""
+    importer = pytest.importorskip("flux.importer")
+    plugin_base = pytest.importorskip("flux.job.validator").ValidatorPlugin
+    module = importer.import_path(str(Path(validator_module.__file__)))
+    assert issubclass(module.Validator, plugin_base)
+    plugin = module.Validator(parser=None)
+    plugin.use_config(CONFIG, OWNER)
+    assert plugin.validate(job({"dw": JOBDW})) is None
+    assert plugin.validate(job({"dw": "#DW jobdw capacity=1GiB name=scratch"})) is not None
