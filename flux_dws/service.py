@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Union
 
 from flux_dws import lifecycle as lc
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
@@ -43,7 +43,15 @@ RETRY_MAX = 60.0
 WATCH_RETRY_MAX = 30.0
 HEARTBEAT = 10.0  # seconds between heartbeats to the plugin (its timeout is 30 s)
 
-Done = Callable[[Optional[str]], None]
+
+class Halt:
+    """What an action reports when it ended the job's chain on purpose (it failed the job):
+    the rest of the chain was decided for a job that no longer exists as such."""
+
+
+HALT = Halt()
+#: An action's outcome: None (go on), a one-line error (retry later), or HALT (decide again).
+Done = Callable[[Union[str, Halt, None]], None]
 
 
 @dataclass
@@ -56,6 +64,7 @@ class Tracked:
     raw: dict[str, Any] | None = None
     proposal: ProposalInfo | None = None
     request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
+    deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
     busy: bool = False  # an action chain is in flight
     dirty: bool = False  # something changed while busy: decide again after
     timer: Timer | None = None
@@ -325,9 +334,12 @@ class Service:
         name = type(action).__name__
         self.metrics.actions[name] += 1
 
-        def done(error: str | None) -> None:
+        def done(error: str | Halt | None) -> None:
             if error is None:
                 self._run_chain(tracked, chain, index + 1)
+            elif isinstance(error, Halt):
+                tracked.dirty = True
+                self._run_chain(tracked, chain, len(chain))
             else:
                 self._chain_failed(tracked, name, error)
 
@@ -402,11 +414,7 @@ class Service:
 
         def settle(obj: dict[str, Any] | None, exc: BaseException | None) -> None:
             if isinstance(exc, WorkflowRejected):
-                log.info("job %d: DWS rejected the workflow: %s", jobid, exc.message)
-                note = f"DWS rejected the job's directives: {exc.message}"
-                self.jm.raise_exception(
-                    jobid, lc.EXCEPTION_TYPE, 0, note, self._flux_done(done, "raise", tracked)
-                )
+                self._fail_job(tracked, f"DWS rejected the job's directives: {exc.message}", done)
             elif exc is not None:
                 done(str(exc))
             else:
@@ -489,11 +497,15 @@ class Service:
         self.worker.submit(read, on_done=store)
 
     def _fail_job(self, tracked: Tracked, note: str, done: Done) -> None:
-        """A definitive failure found while acting: the job gets it as its exception."""
+        """A definitive failure found while acting: the job gets it as its exception, and
+        the rest of the chain is dropped (the next decision sees the exception)."""
         log.error("job %d: %s", tracked.jobid, note)
-        self.jm.raise_exception(
-            tracked.jobid, lc.EXCEPTION_TYPE, 0, note, self._flux_done(done, "raise", tracked)
-        )
+        action = lc.RaiseException(note)
+
+        def raised(error: str | Halt | None) -> None:
+            done(HALT if error is None else error)
+
+        self._do_RaiseException(tracked, action, raised)
 
     def _do_ReleaseDependency(
         self, tracked: Tracked, action: lc.ReleaseDependency, done: Done
@@ -606,10 +618,17 @@ class Service:
     def _do_DeleteWorkflow(self, tracked: Tracked, action: lc.DeleteWorkflow, done: Done) -> None:
         wf = tracked.workflow
         assert wf is not None
+        if tracked.deleted == wf.uid:  # done already; waiting for the watch to say so
+            done(None)
+            return
         log.info(
             "job %d: deleting workflow %s (%s)", tracked.jobid, wf.name, wf.desired_state.value
         )
-        self._kube(done, self.kube.delete_workflow, wf.name)
+
+        def deleted(_result: Any) -> None:
+            tracked.deleted = wf.uid
+
+        self._kube_then(done, deleted, self.kube.delete_workflow, wf.name)
 
     # ------------------------------------------------------------------ helpers
 

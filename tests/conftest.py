@@ -78,6 +78,8 @@ def stack(stack_backend, _real_stack):
     """A running flux-dws world: kubeapi + dwssim + a job-manager + the service."""
     if _real_stack is not None:
         yield _real_stack
+        if not _real_stack.service_running():  # a test that killed it failed before restarting
+            _real_stack.start_service()
         return
     from flux_dws.testing.stack import Stack
 

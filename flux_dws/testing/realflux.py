@@ -119,7 +119,10 @@ class RealFlux:
         self.dws_table = dict(dws_table)
         self._tmp = tempfile.TemporaryDirectory(prefix="flux-dws-real-")
         self.workdir = Path(self._tmp.name)
-        self.pythonpath = f"{flux_pythonpath(self.flux)}:{ROOT}"
+        bindings = flux_pythonpath(self.flux)
+        self.pythonpath = f"{bindings}:{ROOT}"
+        if bindings not in sys.path:  # this process talks to the instance too
+            sys.path.append(bindings)
         self.uri = ""
         self._instance: subprocess.Popen[str] | None = None
         self._service: subprocess.Popen[str] | None = None
@@ -142,6 +145,12 @@ class RealFlux:
         )
         (confdir / "jobtap.toml").write_text(
             f'[job-manager]\nplugins = [ {{ load = "{plugins["dws-jobtap.so"]}" }} ]\n'
+        )
+        # R names the fake hosts (and --test-hosts names the brokers to match), so the
+        # compute nodes the plugin reports are the ones dwssim's SystemConfiguration knows.
+        (confdir / "resource.toml").write_text(
+            "[resource]\nnoverify = true\n[[resource.config]]\n"
+            f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
         )
         shell_path = f"{os.path.dirname(plugins['dws-env.so'])}"
         uri_file = self.workdir / "uri"
@@ -219,6 +228,9 @@ class RealFlux:
             self._service.wait(10)
             self._service = None
 
+    def service_running(self) -> bool:
+        return self._service is not None and self._service.poll() is None
+
     def service_log(self) -> str:
         path = self.workdir / "service.log"
         return path.read_text() if path.exists() else ""
@@ -267,9 +279,14 @@ class RealFlux:
         state = _STATE_NAMES.get(state, state)
         inactive = any(e["name"] == "clean" for e in eventlog)
         result = listed.result if inactive else None
-        envfile = self.workdir / f"{jobid}.env"
+        from flux.job import JobID
+
         env = {}
-        if envfile.exists():
+        ids = JobID(jobid)  # tasks see FLUX_JOB_ID in f58 form
+        for name in (ids.f58, ids.f58plain, str(jobid)):
+            envfile = self.workdir / f"{name}.env"
+            if not envfile.exists():
+                continue
             for line in envfile.read_text().splitlines():
                 key, sep, value = line.partition("=")
                 if sep:
@@ -328,7 +345,11 @@ _STATE_NAMES = {
 
 
 def _open_holds(eventlog: list[dict[str, Any]]) -> set[str]:
-    """Dependencies, prologs and epilogs started and not finished, as fakeflux names them."""
+    """Dependencies, prologs and epilogs started and not finished, as fakeflux names them.
+
+    A dependency only holds a job in DEPEND: once the job leaves it (the depend event, or a
+    fatal exception sending it to CLEANUP) Flux never posts its removal.
+    """
     holds: set[str] = set()
     pairs = {
         "dependency-add": ("dependency", True),
@@ -339,6 +360,11 @@ def _open_holds(eventlog: list[dict[str, Any]]) -> set[str]:
         "epilog-finish": ("epilog", False),
     }
     for entry in eventlog:
+        context = entry.get("context") or {}
+        if entry["name"] == "depend" or (
+            entry["name"] == "exception" and context.get("severity") == 0
+        ):
+            holds = {h for h in holds if not h.startswith("dependency:")}
         if entry["name"] in pairs:
             kind, opened = pairs[entry["name"]]
             hold = f"{kind}:{(entry.get('context') or {}).get('description', '')}"

@@ -165,6 +165,11 @@ class Stack:
         self.service, self.loop = None, None
         self.restarts += 1
 
+    def service_running(self) -> bool:
+        if self.backend == "flux":
+            return self.flux is not None and self.flux.service_running()
+        return self.service is not None
+
     def restart_service(self) -> Service | None:
         self.kill_service()
         return self.start_service()

@@ -101,11 +101,28 @@ class Job:
 
 
 def job_result(job: Job) -> str:
-    """The result ``flux jobs`` shows for an inactive job (job-list's rules)."""
-    exc = job.exception
-    if exc is not None:
-        return {"cancel": "CANCELED", "timeout": "TIMEOUT"}.get(exc["type"], "FAILED")
-    return "COMPLETED" if job.finish_status == 0 else "FAILED"
+    """The result ``flux jobs`` shows for an inactive job, by flux-core job-list's rules.
+
+    Success is decided at the ``finish`` event: exit status 0 and no fatal exception so far.
+    An exception raised later (in the epilog, e.g. a PostRun failure) does not change the
+    result, though ``flux job attach``/``flux run`` still exit 1 for it.  Otherwise the most
+    severe exception (the first of that severity) names the result.
+    """
+    occurred: dict[str, Any] | None = None
+    success = False
+    for entry in job.eventlog:
+        context = entry.get("context") or {}
+        if entry["name"] == "exception":
+            if occurred is None or context["severity"] < occurred["severity"]:
+                occurred = context
+        elif entry["name"] == "finish":
+            fatal = occurred is not None and occurred["severity"] == 0
+            success = context.get("status") == 0 and not fatal
+    if success:
+        return "COMPLETED"
+    if occurred is not None:
+        return {"cancel": "CANCELED", "timeout": "TIMEOUT"}.get(occurred["type"], "FAILED")
+    return "FAILED"
 
 
 def apply_jobspec_update(jobspec: dict[str, Any], update: dict[str, Any]) -> None:
@@ -142,6 +159,19 @@ class JobInfo:
 
     def event_names(self) -> list[str]:
         return [e["name"] for e in self.eventlog]
+
+    @property
+    def attach_status(self) -> int:
+        """The exit code `flux run` / `flux job attach` gives for this job (flux-core's rule):
+        the tasks' exit code, 1 if they never ran, and 1 for any fatal exception up to
+        ``clean``, including one raised after the tasks ended (a PostRun failure)."""
+        finished = self.events("finish")
+        code = 1
+        if finished:
+            status = int(finished[-1]["context"]["status"])
+            code = (status >> 8) & 0xFF if status & 0x7F == 0 else 128 + (status & 0x7F)
+        fatal = any(e["context"].get("severity") == 0 for e in self.events("exception"))
+        return 1 if fatal and code == 0 else code
 
     @classmethod
     def of(cls, job: Job) -> JobInfo:
