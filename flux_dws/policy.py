@@ -93,6 +93,7 @@ class Policy:
     nnf_version: str | None = None
     api_alarm: float = 120.0
     service_wait: float = math.inf
+    heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -172,6 +173,14 @@ def _duration(value: object, key: str) -> float:
     return seconds
 
 
+def _interval(value: object, key: str) -> float:
+    """A positive, finite FSD: something that must happen every so often."""
+    seconds = _duration(value, key)
+    if math.isinf(seconds):
+        raise _fail(key, "must be a finite duration")
+    return seconds
+
+
 def _instance(value: object, key: str) -> str:
     text = _string(value, key)
     try:
@@ -244,6 +253,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     ),
     "api-alarm": ("api_alarm", _duration),
     "service-wait": ("service_wait", _duration),
+    "heartbeat": ("heartbeat", _interval),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

@@ -41,7 +41,6 @@ log = logging.getLogger("flux-dws")
 RETRY_MIN = 0.5  # seconds before retrying a job whose action failed; doubles up to RETRY_MAX
 RETRY_MAX = 60.0
 WATCH_RETRY_MAX = 30.0
-HEARTBEAT = 10.0  # seconds between heartbeats to the plugin (its timeout is 30 s)
 
 
 class Halt:
@@ -148,7 +147,7 @@ class Service:
                 log.warning("heartbeat to the dws jobtap plugin failed: %s", error)
 
         self.jm.heartbeat(answered)
-        self.loop.call_later(HEARTBEAT, self._heartbeat)
+        self.loop.call_later(self.policy.heartbeat, self._heartbeat)
 
     def _watch_records(self) -> None:
         self._cancel_records = self.jm.watch(self._on_records, self._on_records_lost)

@@ -430,3 +430,11 @@ def test_random_tables_raise_only_policy_errors(table: Any) -> None:
     for key in TIMEOUT_KEYS:
         bound = policy.timeout(key)
         assert 0 < bound.default <= bound.maximum
+
+
+def test_heartbeat_is_a_finite_positive_duration():
+    assert policy_from_table({}).heartbeat == 10.0
+    assert policy_from_table({"heartbeat": "2s"}).heartbeat == 2.0
+    for bad, message in (("inf", "finite"), ("0", "greater than 0"), ("soon", "invalid")):
+        with pytest.raises(PolicyError, match=f"heartbeat: .*{message}"):
+            policy_from_table({"heartbeat": bad})
