@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 GROUP = "flux-dws.flux-framework.org"
 INSTANCE_LABEL = f"{GROUP}/instance"
@@ -52,3 +54,26 @@ def ownership_labels(identity: str, jobid: int) -> dict[str, str]:
 def instance_selector(identity: str) -> str:
     """The label selector that lists only this instance's objects."""
     return f"{INSTANCE_LABEL}={identity}"
+
+
+def owned_jobid(obj: Mapping[str, Any], identity: str) -> int | None:
+    """The job id of a workflow this instance created, or None if it is not ours.
+
+    Everything about it must agree: the instance label, the job id label, spec.jobID and the
+    name this instance gives that job.  A look-alike name or a stray label is not enough, so
+    another instance's workflows (or anyone's mislabelled one) are never adopted or swept.
+    """
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return None
+    labels = meta.get("labels")
+    if not isinstance(labels, Mapping) or labels.get(INSTANCE_LABEL) != identity:
+        return None
+    label, value = labels.get(JOBID_LABEL), spec.get("jobID")
+    if not isinstance(label, str) or not label.isdigit() or isinstance(value, bool):
+        return None
+    jobid = int(label)
+    if str(value) != label or meta.get("name") != workflow_name(identity, jobid):
+        return None
+    return jobid

@@ -26,12 +26,13 @@ from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.transport import RpcError
 from flux_dws.fsd import format_fsd
-from flux_dws.identity import JOBID_LABEL
+from flux_dws.identity import JOBID_LABEL, owned_jobid
 from flux_dws.k8s import KubeClient, KubeError, KubeWorker, WorkflowRejected, WorkflowWatch
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import JobPhase, ProposalInfo
 from flux_dws.loop import Loop, Timer
 from flux_dws.policy import Policy
+from flux_dws.reconcile import startup_order
 from flux_dws.request import DwRequest
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
@@ -199,13 +200,13 @@ class Service:
         return sum(1 for t in self.jobs.values() if t.workflow is not None)
 
     def _kick_all(self) -> None:
-        """Decide for every job, oldest submission first (new workflows in submit order)."""
-
-        def submitted(tracked: Tracked) -> float:
-            return float((tracked.record or {}).get("t_submit", 0.0))
-
-        for tracked in sorted(self.jobs.values(), key=submitted):
-            self._kick(tracked.jobid)
+        """Decide for every job: in-flight ones first, then new ones in submit order."""
+        order = startup_order(
+            (t.jobid, t.workflow is not None, float((t.record or {}).get("t_submit", 0.0)))
+            for t in self.jobs.values()
+        )
+        for jobid in order:
+            self._kick(jobid)
 
     def _on_health(self, connected: bool, since: float) -> None:
         """The watch found the API reachable or not: alarm if it stays down too long."""
@@ -248,9 +249,14 @@ class Service:
         self.loop.call_soon(self._on_workflow_event, kind, obj, time.monotonic())
 
     def _on_workflow_event(self, kind: str, obj: dict[str, Any], seen: float) -> None:
-        jobid = _jobid_of(obj)
+        jobid = owned_jobid(obj, self.kube.identity)
         if jobid is None:
-            log.warning("workflow %s has no %s label; ignored", _name(obj), JOBID_LABEL)
+            log.warning(
+                "workflow %s carries this instance's label but its name, %s label or "
+                "spec.jobID disagree; leaving it alone",
+                _name(obj),
+                JOBID_LABEL,
+            )
             return
         tracked = self._tracked(jobid)
         if kind == "DELETED":
@@ -665,14 +671,6 @@ class Service:
             except KeyError:
                 self._gids[userid] = userid
         return self._gids[userid]
-
-
-def _jobid_of(obj: Mapping[str, Any]) -> int | None:
-    label = (obj.get("metadata", {}).get("labels") or {}).get(JOBID_LABEL)
-    try:
-        return int(label) if label is not None else None
-    except ValueError:
-        return None
 
 
 def _name(obj: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flux_dws.cli import main
-from flux_dws.cli.inventory import filter_rows, list_rows, plan_cleanup
+from flux_dws.cli.inventory import filter_rows, list_rows
 from flux_dws.cli.jobid import f58, parse_jobid
 from flux_dws.cli.render import (
     LIST_FIELDS,
@@ -30,6 +30,7 @@ from flux_dws.cli.sources import StackSource
 from flux_dws.cli.views import build_logs, build_status, format_duration, job_result, timeline
 from flux_dws.errors import DwsError
 from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, ownership_labels, workflow_name
+from flux_dws.reconcile import plan_cleanup
 from flux_dws.states import State
 
 T0 = 1_700_000_000.0

@@ -614,3 +614,51 @@ def test_any_observation_sequence_stays_legal_and_drains(events, lines):
     assert world.job.phase is JobPhase.GONE, world.log[-10:]
     assert world.wf is None, world.log[-10:]
     assert world.raised <= 1
+
+
+# ----------------------------------------------------------------------------- exhaustive
+
+ALL_STATUS = [None, *Status]
+PHASES = [p for p in JobPhase if p is not JobPhase.GONE]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("state", list(State))
+@pytest.mark.parametrize("status", ALL_STATUS)
+@pytest.mark.parametrize("settled", [True, False])
+@pytest.mark.parametrize("exception", [None, "cancel", "timeout"])
+def test_every_state_status_phase_gives_only_legal_consistent_actions(
+    phase, state, status, settled, exception
+):
+    started = phase in (JobPhase.RUN, JobPhase.EPILOG)
+    ready = status is Status.COMPLETED
+    previous = STATE_ORDER[max(state.index - 1, 0)]
+    view = wf(state, state=state if settled else previous, ready=ready, status=status)
+    j = job(
+        phase,
+        started=started,
+        hosts=("n1",),
+        proposal=ProposalInfo(),
+        exception=JobException(exception) if exception else None,
+        **recorded(state, NOW + 60),
+    )
+    actions = decide(j, view, POLICY, NOW)
+    for action in actions:
+        if isinstance(action, lc.SetDesiredState):
+            assert is_legal_transition(state, action.state)
+            if action.state not in (state, State.TEARDOWN):
+                assert view.complete, "advanced from a state that is not complete"
+            assert not action.hurry or action.state is State.TEARDOWN
+        if isinstance(action, lc.FinishProlog):
+            assert phase is JobPhase.PROLOG
+            if not action.success:  # a failed prolog always comes with a fatal exception
+                assert j.exception or of(actions, lc.RaiseException)
+        assert not isinstance(action, lc.FinishEpilog) or phase is JobPhase.EPILOG
+        assert not isinstance(action, lc.ReleaseDependency) or phase is JobPhase.DEPEND
+        assert not isinstance(action, lc.CreateWorkflow)
+    if j.exception is not None:
+        assert not of(actions, lc.RaiseException), "a second fatal exception"
+    if settled and status is Status.ERROR and state is not State.TEARDOWN:
+        teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
+        assert teardown in actions
+        assert j.exception or of(actions, lc.RaiseException)

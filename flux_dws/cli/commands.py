@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
-from flux_dws.cli.inventory import Sweep, filter_rows, list_rows, plan_cleanup
+from flux_dws.cli.inventory import filter_rows, list_rows
 from flux_dws.cli.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.render import (
     LIST_FIELDS,
@@ -29,6 +29,7 @@ from flux_dws.cli.sources import Source, SourceError, user_id, user_name
 from flux_dws.cli.views import build_logs, build_status, events_named, job_state
 from flux_dws.errors import DwsError
 from flux_dws.k8s import KubeError
+from flux_dws.reconcile import Sweep, plan_cleanup
 from flux_dws.states import State
 from flux_dws.workflow import view_workflow
 

@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from flux_dws.cli.views import read_workflow
 from flux_dws.errors import DwsError
-from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, workflow_name
 from flux_dws.states import State
 from flux_dws.workflow import parse_time
 
@@ -112,16 +111,8 @@ def filter_rows(
 # --------------------------------------------------------------------------- flux dws cleanup
 
 
-@dataclass(frozen=True)
-class Sweep:
-    """A workflow the orphan sweep will tear down and delete, and why."""
-
-    name: str
-    jobid: int
-    reason: str
-
-
 def _jobid(obj: Mapping[str, Any]) -> int | None:
+    """spec.jobID as a number (DWS stores it as int-or-string)."""
     spec = obj.get("spec") if isinstance(obj, Mapping) else None
     value = spec.get("jobID") if isinstance(spec, Mapping) else None
     if isinstance(value, bool):
@@ -131,37 +122,3 @@ def _jobid(obj: Mapping[str, Any]) -> int | None:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return None
-
-
-def plan_cleanup(
-    workflows: Iterable[Mapping[str, Any]], held_jobids: Iterable[int], identity: str
-) -> list[Sweep]:
-    """The workflows of this instance whose job it no longer holds.
-
-    A workflow qualifies only if everything about it says it is ours: the instance label is
-    ``identity``, the jobid label agrees with spec.jobID, and its name is the one this
-    instance gives that job.  Anything else is left alone, whatever lister returned it.
-    """
-    held = set(held_jobids)
-    plan = []
-    for obj in workflows:
-        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-        if not isinstance(meta, Mapping):
-            continue
-        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
-        jobid = _jobid(obj)
-        if (
-            jobid is None
-            or labels.get(INSTANCE_LABEL) != identity
-            or labels.get(JOBID_LABEL) != str(jobid)
-            or meta.get("name") != workflow_name(identity, jobid)
-            or jobid in held
-        ):
-            continue
-        if meta.get("deletionTimestamp"):
-            reason = f"job {jobid} is not held by this instance; the workflow is being deleted"
-        else:
-            reason = f"job {jobid} is not held by this instance (inactive or unknown)"
-        plan.append(Sweep(name=str(meta["name"]), jobid=jobid, reason=reason))
-    plan.sort(key=lambda s: s.jobid)
-    return plan

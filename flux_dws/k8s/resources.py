@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flux_dws.identity import FINALIZER, WLM_ID, ownership_labels, workflow_name
+from flux_dws.identity import FINALIZER, WLM_ID, owned_jobid, ownership_labels, workflow_name
 from flux_dws.k8s.errors import KubeSetupError
 from flux_dws.states import State
 
@@ -133,9 +133,8 @@ def workflow_body(
 
 
 def is_ours(obj: Mapping[str, Any], identity: str, jobid: int) -> bool:
-    """Whether ``obj`` carries this instance's ownership labels for ``jobid``."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in ownership_labels(identity, jobid).items())
+    """Whether ``obj`` is the workflow this instance created for ``jobid``."""
+    return owned_jobid(obj, identity) == jobid
 
 
 def desired_state_patch(state: State, hurry: bool = False) -> dict[str, Any]:
