@@ -3,7 +3,8 @@
 Start-up is the only place that may block: it reads the instance's [dws] table, connects to
 Kubernetes (discovering the served DWS versions), and then hands everything to the reactor.
 A configuration that cannot work exits with EXIT_CONFIG (78, EX_CONFIG), which the systemd
-unit lists in RestartPreventExitStatus, so a typo is not restarted in a loop.
+unit lists in RestartPreventExitStatus, so a typo is not restarted in a loop; an API server
+that is merely unreachable is retried (with backoff) while the jobs stay held.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from flux_dws.errors import PolicyError
@@ -21,6 +23,7 @@ from flux_dws.policy import Policy, policy_from_table
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve
+CONNECT_RETRY_MAX = 60.0  # seconds between attempts to reach an unreachable API at start-up
 
 log = logging.getLogger("flux-dws")
 
@@ -86,17 +89,24 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     from flux_dws.k8s import KubeClient, KubeSetupError
     from flux_dws.service import Service
 
-    try:
-        kube = KubeClient.connect(
-            namespace=policy.namespace,
-            identity=identity,
-            kubeconfig=policy.kubeconfig,
-            workflow_version=policy.workflow_version,
-            nnf_version=policy.nnf_version,
-        )
-    except KubeSetupError as exc:
-        log.error("%s; not starting", exc)
-        return EXIT_CONFIG
+    delay = 1.0
+    while True:
+        try:
+            kube = KubeClient.connect(
+                namespace=policy.namespace,
+                identity=identity,
+                kubeconfig=policy.kubeconfig,
+                workflow_version=policy.workflow_version,
+                nnf_version=policy.nnf_version,
+            )
+            break
+        except KubeSetupError as exc:
+            if not exc.transient:
+                log.error("%s; not starting", exc)
+                return EXIT_CONFIG
+            log.warning("%s; #DW jobs stay held; retrying in %.0fs", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, CONNECT_RETRY_MAX)
     loop = FluxLoop(handle)
     service = Service(
         policy=policy,

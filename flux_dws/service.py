@@ -424,7 +424,7 @@ class Service:
                 done(str(exc))
             else:
                 assert obj is not None
-                self._adopt(tracked)(obj)
+                self._adopt(tracked, created=True)(obj)
                 log.info("job %d: created workflow %s in Proposal", jobid, _name(obj))
                 done(None)
 
@@ -457,8 +457,13 @@ class Service:
 
         self._kube_then(done, self._adopt(tracked), patch, urgent=True)
 
-    def _adopt(self, tracked: Tracked) -> Callable[[Any], str | None]:
-        """Take a returned workflow as the latest view, so the next decision need not wait."""
+    def _adopt(self, tracked: Tracked, created: bool = False) -> Callable[[Any], str | None]:
+        """Take a returned workflow as the latest view, so the next decision need not wait.
+
+        Only a newer version of the workflow the service knows, or the one it just created:
+        a response that arrives after the watch reported the workflow deleted must not bring
+        it back.
+        """
 
         def adopt(obj: Any) -> str | None:
             if isinstance(obj, dict):
@@ -466,7 +471,10 @@ class Service:
                     newer = view_workflow(obj)
                 except ValueError:
                     return None
-                if tracked.workflow is None or _rv(newer) > _rv(tracked.workflow):
+                known = tracked.workflow
+                if (known is None and created) or (
+                    known is not None and known.uid == newer.uid and _rv(newer) > _rv(known)
+                ):
                     tracked.workflow, tracked.raw = newer, obj
                     tracked.dirty = True
             return None

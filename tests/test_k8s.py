@@ -155,7 +155,8 @@ def test_only_unserved_dws_versions_is_one_setup_error():
     served = {DWS_GROUP: ServedGroup(versions=("v1alpha4", "v1alpha5"))}
     with pytest.raises(KubeSetupError) as info:
         choose_versions(served)
-    assert "v1alpha4" in str(info.value) and "workflow_version" in str(info.value)
+    assert "v1alpha4" in str(info.value) and "workflow-version" in str(info.value)
+    assert not info.value.transient
 
 
 def test_unreachable_api_server_is_one_setup_error(api, tmp_path):
@@ -168,6 +169,7 @@ def test_unreachable_api_server_is_one_setup_error(api, tmp_path):
     with pytest.raises(KubeSetupError) as info:
         KubeClient.connect(namespace=NS, identity="x", kubeconfig=str(path), retries=1)
     assert "\n" not in str(info.value)
+    assert info.value.transient  # worth retrying: the service waits, it does not exit 78
 
 
 def test_missing_kubeconfig_is_one_setup_error(tmp_path):
@@ -175,6 +177,7 @@ def test_missing_kubeconfig_is_one_setup_error(tmp_path):
     with pytest.raises(KubeSetupError) as info:
         KubeClient.connect(namespace=NS, identity="x", kubeconfig=str(missing))
     assert str(missing) in str(info.value)
+    assert not info.value.transient
 
 
 # -- workflow requests -----------------------------------------------------------------

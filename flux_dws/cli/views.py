@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flux_dws.errors import DwsError
+from flux_dws.flux import results
 from flux_dws.fsd import parse_fsd
 from flux_dws.states import STATE_KEYS, State
 from flux_dws.workflow import ContainerState, WorkflowView, view_workflow
@@ -94,11 +95,7 @@ def job_result(eventlog: Sequence[Event]) -> str | None:
     """The result ``flux jobs`` shows for an inactive job; None while it is active."""
     if job_state(eventlog) != "INACTIVE":
         return None
-    exc = fatal_exception(eventlog)
-    if exc is not None:
-        return {"cancel": "CANCELED", "timeout": "TIMEOUT"}.get(str(exc.get("type")), "FAILED")
-    finish = _last(eventlog, "finish")
-    return "COMPLETED" if finish is not None and _context(finish).get("status") == 0 else "FAILED"
+    return results.job_result(eventlog)
 
 
 def _job_end(eventlog: Sequence[Event]) -> float | None:

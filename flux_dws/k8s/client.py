@@ -165,7 +165,10 @@ class KubeClient:
             raise
         except KubeError as exc:
             kube.close()
-            raise KubeSetupError(f"Kubernetes API at {kube.host}: {exc}") from exc
+            transient = exc.status is None or exc.status == 429 or exc.status >= 500
+            raise KubeSetupError(
+                f"Kubernetes API at {kube.host}: {exc}", transient=transient
+            ) from exc
         log.info(
             "connected to %s: Workflow %s/%s, NNF %s, namespace %s, instance %s",
             kube.host,
@@ -223,7 +226,7 @@ class KubeClient:
             if exc.status == 404:
                 raise KubeSetupError(
                     f"{DWS_GROUP}/{self.versions.workflow} workflows are not served in"
-                    f" namespace {self.namespace}: check workflow_version and the namespace"
+                    f" namespace {self.namespace}: check [dws] workflow-version and namespace"
                 ) from exc
             raise
 

@@ -56,10 +56,15 @@ class WorkflowRejected(KubeError):
 
 
 class KubeSetupError(KubeError):
-    """The service cannot start: no API server, no credentials, or no DWS served."""
+    """The service cannot start: no API server, no credentials, or no DWS served.
 
-    def __init__(self, what: str) -> None:
+    ``transient`` says whether trying again later may help (the API server is unreachable or
+    overloaded), as opposed to a configuration that cannot work.
+    """
+
+    def __init__(self, what: str, *, transient: bool = False) -> None:
         super().__init__("connect", "", "", what)
+        self.transient = transient
 
 
 def status_body_message(body: str | None) -> str:

@@ -82,7 +82,7 @@ def choose_versions(
             return ApiVersions(workflow=version, nnf=nnf)
     raise KubeSetupError(
         f"{DWS_GROUP} serves {', '.join(dws.versions) or 'no version'}, none of"
-        f" {', '.join(WORKFLOW_VERSIONS)}: upgrade DWS or set workflow_version in the policy"
+        f" {', '.join(WORKFLOW_VERSIONS)}: upgrade DWS or set [dws] workflow-version"
     )
 
 

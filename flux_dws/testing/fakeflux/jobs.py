@@ -10,6 +10,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from flux_dws.flux import results
+
 #: Flux job states in the order a job passes through them (RFC 21).
 STATES: tuple[str, ...] = ("NEW", "DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP", "INACTIVE")
 #: The urgency (and so the priority) Flux gives a job unless the user says otherwise.
@@ -101,28 +103,8 @@ class Job:
 
 
 def job_result(job: Job) -> str:
-    """The result ``flux jobs`` shows for an inactive job, by flux-core job-list's rules.
-
-    Success is decided at the ``finish`` event: exit status 0 and no fatal exception so far.
-    An exception raised later (in the epilog, e.g. a PostRun failure) does not change the
-    result, though ``flux job attach``/``flux run`` still exit 1 for it.  Otherwise the most
-    severe exception (the first of that severity) names the result.
-    """
-    occurred: dict[str, Any] | None = None
-    success = False
-    for entry in job.eventlog:
-        context = entry.get("context") or {}
-        if entry["name"] == "exception":
-            if occurred is None or context["severity"] < occurred["severity"]:
-                occurred = context
-        elif entry["name"] == "finish":
-            fatal = occurred is not None and occurred["severity"] == 0
-            success = context.get("status") == 0 and not fatal
-    if success:
-        return "COMPLETED"
-    if occurred is not None:
-        return {"cancel": "CANCELED", "timeout": "TIMEOUT"}.get(occurred["type"], "FAILED")
-    return "FAILED"
+    """The result ``flux jobs`` shows for an inactive job (flux_dws.flux.results)."""
+    return results.job_result(job.eventlog)
 
 
 def apply_jobspec_update(jobspec: dict[str, Any], update: dict[str, Any]) -> None:
@@ -162,16 +144,8 @@ class JobInfo:
 
     @property
     def attach_status(self) -> int:
-        """The exit code `flux run` / `flux job attach` gives for this job (flux-core's rule):
-        the tasks' exit code, 1 if they never ran, and 1 for any fatal exception up to
-        ``clean``, including one raised after the tasks ended (a PostRun failure)."""
-        finished = self.events("finish")
-        code = 1
-        if finished:
-            status = int(finished[-1]["context"]["status"])
-            code = (status >> 8) & 0xFF if status & 0x7F == 0 else 128 + (status & 0x7F)
-        fatal = any(e["context"].get("severity") == 0 for e in self.events("exception"))
-        return 1 if fatal and code == 0 else code
+        """The exit code `flux run` / `flux job attach` gives (flux_dws.flux.results)."""
+        return results.attach_status(self.eventlog)
 
     @classmethod
     def of(cls, job: Job) -> JobInfo:
