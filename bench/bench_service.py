@@ -42,6 +42,58 @@ def rss_mib() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
+def measure(
+    jobs: int = 1000, containers: float = 0.2, timeout: float = 600.0, in_process: bool = False
+) -> dict:
+    """Run the jobs; the figures, as data (bench/run collects them into one table)."""
+    with Stack(hosts=jobs, time_scale=0.001, api_process=not in_process) as stack:
+        assert stack.service is not None
+        gc.collect()
+        before = rss_mib()
+        start = time.monotonic()
+        every = int(1 / containers) if containers else 0
+        ids = [
+            stack.submit(CONTAINER if every and i % every == 0 else JOBDW, runtime=0.5)
+            for i in range(jobs)
+        ]
+        submitted = time.monotonic() - start
+        peak_tracked, peak_rss = 0, before
+        pending = set(ids)
+        deadline = start + timeout
+        while pending and time.monotonic() < deadline:
+            if len(stack.service.jobs) >= peak_tracked:
+                peak_tracked, peak_rss = len(stack.service.jobs), max(peak_rss, rss_mib())
+            pending -= {j for j in pending if stack.flux.info(j).state == "INACTIVE"}
+            time.sleep(0.2)
+        elapsed = time.monotonic() - start
+        results = [str(stack.flux.info(j).result) for j in ids]
+        service = stack.service
+        reactions = [r * 1000 for r in service.metrics.reactions]
+        counts = service.kube.request_counts()
+        actions = dict(service.metrics.actions)
+        left = len(stack.workflows())
+    done = jobs - len(pending)
+    return {
+        "jobs": jobs,
+        "submit_s": submitted,
+        "finished": done,
+        "elapsed_s": elapsed,
+        "jobs_per_s": done / elapsed,
+        "results": {r: results.count(r) for r in sorted(set(results))},
+        "reaction_p50_ms": statistics.median(reactions) if reactions else None,
+        "reaction_p99_ms": percentile(reactions, 99) if reactions else None,
+        "reaction_max_ms": max(reactions) if reactions else None,
+        "transitions": len(reactions),
+        "requests_per_job": {v: round(n / jobs, 2) for v, n in sorted(counts.items())},
+        "requests_total": sum(counts.values()),
+        "list_calls": counts.get("list", 0),
+        "actions_per_job": {k: round(v / jobs, 2) for k, v in sorted(actions.items())},
+        "peak_tracked": peak_tracked,
+        "kib_per_workflow": (peak_rss - before) * 1024 / max(peak_tracked, 1),
+        "workflows_left": left,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--jobs", type=int, default=1000)
@@ -54,58 +106,30 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-
-    with Stack(hosts=args.jobs, time_scale=0.001, api_process=not args.in_process) as stack:
-        assert stack.service is not None
-        gc.collect()
-        before = rss_mib()
-        start = time.monotonic()
-        every = int(1 / args.containers) if args.containers else 0
-        jobs = [
-            stack.submit(CONTAINER if every and i % every == 0 else JOBDW, runtime=0.5)
-            for i in range(args.jobs)
-        ]
-        submitted = time.monotonic() - start
-        peak_tracked, peak_rss = 0, before
-        pending = set(jobs)
-        deadline = start + args.timeout
-        while pending and time.monotonic() < deadline:
-            service = stack.service
-            if len(service.jobs) >= peak_tracked:
-                peak_tracked, peak_rss = len(service.jobs), max(peak_rss, rss_mib())
-            done = {j for j in pending if stack.flux.info(j).state == "INACTIVE"}
-            pending -= done
-            time.sleep(0.2)
-        elapsed = time.monotonic() - start
-        results = [stack.flux.info(j).result for j in jobs]
-        service = stack.service
-        reactions = [r * 1000 for r in service.metrics.reactions]
-        counts = service.kube.request_counts()
-        actions = dict(service.metrics.actions)
-        left = len(stack.workflows())
-
-    completed = len(jobs) - len(pending)
+    f = measure(args.jobs, args.containers, args.timeout, args.in_process)
     print(
-        f"jobs: {len(jobs)} submitted in {submitted:.1f}s, {completed} finished in {elapsed:.1f}s"
+        f"jobs: {f['jobs']} submitted in {f['submit_s']:.1f}s, "
+        f"{f['finished']} finished in {f['elapsed_s']:.1f}s"
     )
-    print(f"results: { {r: results.count(r) for r in sorted(set(map(str, results)))} }")
-    print(f"throughput: {completed / elapsed:.1f} jobs/s (whole stack on one machine)")
-    if reactions:
+    print(f"results: {f['results']}")
+    print(f"throughput: {f['jobs_per_s']:.1f} jobs/s (whole stack on one machine)")
+    if f["reaction_p50_ms"] is not None:
         print(
             f"reaction (workflow change seen -> next desiredState patch sent): "
-            f"p50 {statistics.median(reactions):.2f} ms, p99 {percentile(reactions, 99):.2f} ms, "
-            f"max {max(reactions):.1f} ms over {len(reactions)} transitions"
+            f"p50 {f['reaction_p50_ms']:.2f} ms, p99 {f['reaction_p99_ms']:.2f} ms, "
+            f"max {f['reaction_max_ms']:.1f} ms over {f['transitions']} transitions"
         )
-    per_job = {verb: round(n / len(jobs), 2) for verb, n in sorted(counts.items())}
-    print(f"Kubernetes requests per job by verb: {per_job} (total {sum(counts.values())})")
-    print(f"actions per job: { {k: round(v / len(jobs), 2) for k, v in sorted(actions.items())} }")
-    print(f"list calls: {counts.get('list', 0)} (start-up only)")
     print(
-        f"memory: peak {peak_tracked} tracked workflows, process RSS +{peak_rss - before:.1f} MiB "
-        f"= {(peak_rss - before) * 1024 / max(peak_tracked, 1):.1f} KiB per workflow "
-        f"(includes fakeflux)"
+        f"Kubernetes requests per job by verb: {f['requests_per_job']} "
+        f"(total {f['requests_total']})"
     )
-    print(f"workflows left behind: {left}")
+    print(f"actions per job: {f['actions_per_job']}")
+    print(f"list calls: {f['list_calls']} (start-up only)")
+    print(
+        f"memory: peak {f['peak_tracked']} tracked workflows, "
+        f"{f['kib_per_workflow']:.1f} KiB per workflow (process RSS delta; includes fakeflux)"
+    )
+    print(f"workflows left behind: {f['workflows_left']}")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,25 @@ def one_lifecycle(api: KubeApi, kube: KubeClient, jobid: int) -> Counter:
     return Counter(kube.request_counts()) - before
 
 
+def measure(n: int = 200, latency: float = 0.0, error_rate: float = 0.0) -> dict:
+    """The figures, as data (bench/run collects them into one table)."""
+    with KubeApi() as api, tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = api.write_kubeconfig(os.path.join(tmp, "kubeconfig"))
+        kube = KubeClient.connect(namespace=NS, identity=IDENTITY, kubeconfig=kubeconfig)
+        api.faults.set(latency=latency, error_rate=error_rate, retry_after=0)
+        ms = [x * 1000 for x in measure_latency(api, kube, n)]
+        counts = one_lifecycle(api, kube, jobid=1)
+        kube.close()
+    return {
+        "writes": len(ms),
+        "watch_p50_ms": percentile(ms, 50),
+        "watch_p99_ms": percentile(ms, 99),
+        "watch_max_ms": max(ms),
+        "watch_mean_ms": statistics.mean(ms),
+        "lifecycle_requests": dict(sorted(counts.items())),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=200, help="writes to time (default 200)")
@@ -123,28 +142,19 @@ def main() -> None:
     parser.add_argument("--error-rate", type=float, default=0.0, help="share of 5xx/429 answers")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-
-    with KubeApi() as api, tempfile.TemporaryDirectory() as tmp:
-        kubeconfig = api.write_kubeconfig(os.path.join(tmp, "kubeconfig"))
-        kube = KubeClient.connect(namespace=NS, identity=IDENTITY, kubeconfig=kubeconfig)
-        api.faults.set(latency=args.latency, error_rate=args.error_rate, retry_after=0)
-
-        latencies = measure_latency(api, kube, args.n)
-        ms = [x * 1000 for x in latencies]
-        print(f"watch latency, write -> on_event, {len(ms)} writes:")
-        print(
-            f"  p50 {percentile(ms, 50):.2f} ms   p99 {percentile(ms, 99):.2f} ms"
-            f"   max {max(ms):.2f} ms   mean {statistics.mean(ms):.2f} ms"
-        )
-        print("  (the existing Flux integration polls every 5 s: 2500 ms on average)")
-
-        counts = one_lifecycle(api, kube, jobid=1)
-        print("API requests for one workflow lifecycle (create, 6 states, computes, servers,")
-        print("delete), by verb:")
-        for verb in sorted(counts):
-            print(f"  {verb:8} {counts[verb]}")
-        print(f"  {'total':8} {sum(counts.values())}")
-        kube.close()
+    figures = measure(args.n, args.latency, args.error_rate)
+    print(f"watch latency, write -> on_event, {figures['writes']} writes:")
+    print(
+        f"  p50 {figures['watch_p50_ms']:.2f} ms   p99 {figures['watch_p99_ms']:.2f} ms"
+        f"   max {figures['watch_max_ms']:.2f} ms   mean {figures['watch_mean_ms']:.2f} ms"
+    )
+    print("  (the existing Flux integration polls every 5 s: 2500 ms on average)")
+    counts = figures["lifecycle_requests"]
+    print("API requests for one workflow lifecycle (create, 6 states, computes, servers,")
+    print("delete), by verb:")
+    for verb, count in counts.items():
+        print(f"  {verb:8} {count}")
+    print(f"  {'total':8} {sum(counts.values())}")
 
 
 if __name__ == "__main__":
