@@ -23,6 +23,7 @@ from flux_dws.policy import Policy, policy_from_table
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve
+EXIT_SUPERSEDED = 75  # EX_TEMPFAIL: another service took over this instance's jobs
 CONNECT_RETRY_MAX = 60.0  # seconds between attempts to reach an unreachable API at start-up
 
 log = logging.getLogger("flux-dws")
@@ -134,7 +135,7 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     loop.run()
     service.stop()
     kube.close()
-    return 0
+    return EXIT_SUPERSEDED if service.superseded else 0
 
 
 if __name__ == "__main__":

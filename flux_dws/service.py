@@ -112,6 +112,7 @@ class Service:
         self._rabbits: dict[str, str] | None = None
         self._gids: dict[int, int] = {}
         self._stopped = False
+        self.superseded = False  # another service took the job stream: this one stopped
 
     # ------------------------------------------------------------------ start / stop
 
@@ -155,6 +156,15 @@ class Service:
 
     def _on_records_lost(self, error: RpcError) -> None:
         if self._stopped:
+            return
+        if error.errnum == errno.ECANCELED:  # the plugin gave the stream to a newer service
+            log.error(
+                "another flux-dws service took over this instance's jobs (%s); stopping this one",
+                error.message,
+            )
+            self.superseded = True
+            self.stop()
+            self.loop.stop()
             return
         delay = self._records_retry
         self._records_retry = min(delay * 2, WATCH_RETRY_MAX)
@@ -692,4 +702,4 @@ def _rv(view: WorkflowView) -> int:
         return 0
 
 
-__all__ = ["Service", "Metrics", "Tracked", "errno"]
+__all__ = ["Service", "Metrics", "Tracked"]

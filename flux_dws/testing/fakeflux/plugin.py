@@ -269,6 +269,10 @@ class DwsPlugin:
             raise RpcError(errno.EPROTO, "job-manager.dws.watch: service must be true or false")
         watcher = Watcher(req, service)
         if service:  # a new service replaces the last one (it may have died silently)
+            for old in [w for w in self.watchers if w.service]:
+                old.request.fail(
+                    RpcError(errno.ECANCELED, "replaced by a newer flux-dws service watch")
+                )
             self.watchers = [w for w in self.watchers if not w.service]
         records = self._records()
         watcher.sent = {r["id"]: r for r in records}
