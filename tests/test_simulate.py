@@ -243,3 +243,21 @@ def test_bad_options_are_one_line():
         out, err = io.StringIO(), io.StringIO()
         assert main(argv, out=out, err=err, environ={}) == 1
         assert err.getvalue().count("\n") == 1 and word in err.getvalue()
+
+
+def test_the_story_is_judged_by_what_flux_run_reports():
+    from flux_dws.cli.simplan import user_outcome
+
+    def ev(name, **context):
+        return {"timestamp": 0.0, "name": name, "context": context}
+
+    ran_then_failed = [
+        ev("start"),
+        ev("finish", status=0),
+        ev("exception", type="dws", severity=0, note="PostRun failed: x"),
+        ev("clean"),
+    ]
+    assert user_outcome(ran_then_failed) == "FAILED"  # job-list says COMPLETED; flux run exits 1
+    assert user_outcome([ev("start"), ev("finish", status=0), ev("clean")]) == "COMPLETED"
+    cancelled = [ev("exception", type="cancel", severity=0, note=""), ev("clean")]
+    assert user_outcome(cancelled) == "CANCELED"

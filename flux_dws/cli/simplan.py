@@ -19,10 +19,10 @@ from flux_dws.cli.views import (
     StateSpan,
     fatal_exception,
     format_duration,
-    job_result,
     timeline,
 )
 from flux_dws.errors import DwsError
+from flux_dws.flux import results
 from flux_dws.states import STATE_ORDER, State
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -218,13 +218,23 @@ class Ending:
     ran: tuple[float, float] | None = None  # the tasks' start and finish
 
 
+def user_outcome(eventlog: Sequence[Mapping[str, Any]]) -> str:
+    """How the job ended for its user, as `flux run` reports it: COMPLETED when it exits 0,
+    else CANCELED or FAILED by the fatal exception.  (Flux's job-list result stays COMPLETED
+    for a failure after the tasks ended, e.g. in PostRun; `flux run` still exits 1.)"""
+    if results.attach_status(eventlog) == 0:
+        return "COMPLETED"
+    exc = fatal_exception(eventlog) or {}
+    return "CANCELED" if exc.get("type") == "cancel" else "FAILED"
+
+
 def judge(
     job: PlannedJob, jobid: int, eventlog: Sequence[Mapping[str, Any]], *, now: float
 ) -> Ending:
     """Whether the job ended as its story says: the result, and the reason in the note."""
-    result = job_result(eventlog)
     exc = fatal_exception(eventlog) or {}
     note = str(exc.get("note", ""))
+    result = user_outcome(eventlog)
     expected = result == job.result and (job.reason in note if job.reason else not note)
     times = {e.get("name"): e.get("timestamp") for e in reversed(eventlog)}
     ended = [e["timestamp"] for e in eventlog if e.get("name") == "clean"]
