@@ -210,18 +210,7 @@ class KubeClient:
     def check_access(self) -> None:
         """List one workflow: proves the version is served and we may read the namespace."""
         try:
-            self._call(
-                "list",
-                "workflows in namespace",
-                self.namespace,
-                self._custom.list_namespaced_custom_object,
-                DWS_GROUP,
-                self.versions.workflow,
-                self.namespace,
-                WORKFLOWS,
-                label_selector=instance_selector(self.identity),
-                limit=1,
-            )
+            self.list_workflows(limit=1)
         except KubeError as exc:
             if exc.status == 404:
                 raise KubeSetupError(
@@ -293,8 +282,9 @@ class KubeClient:
             name,
         )
 
-    def list_workflows(self) -> tuple[list[dict], str]:
+    def list_workflows(self, limit: int | None = None) -> tuple[list[dict], str]:
         """This instance's workflows (by label) and the list's resourceVersion."""
+        extra = {"limit": limit} if limit else {}
         result = self._call(
             "list",
             "workflows in namespace",
@@ -305,6 +295,7 @@ class KubeClient:
             self.namespace,
             WORKFLOWS,
             label_selector=instance_selector(self.identity),
+            **extra,
         )
         return list(result.get("items") or []), version_of(result)
 
