@@ -304,12 +304,12 @@ def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> lis
 def _enter(
     job: JobView, state: State, policy: Policy, now: float, hurry: bool = False
 ) -> list[Action]:
-    """Ask for ``state`` and record on the job that we did, with the state's deadline.
+    """Record on the job that we ask for ``state`` (with its deadline), then ask for it.
 
-    Recording right after asking keeps the job's eventlog off the critical path: when DWS
-    reports the state entered, and then ready, there is nothing left to write first.
+    The patch goes last so the job's eventlog stays off the critical path: DWS can only
+    report the state ready after the patch, and by then this job has nothing left to do.
     """
-    return [SetDesiredState(state, hurry=hurry), _state_event(job, state, policy, now)]
+    return [_state_event(job, state, policy, now), SetDesiredState(state, hurry=hurry)]
 
 
 def _state_event(job: JobView, state: State, policy: Policy, since: float) -> PostEvent:

@@ -12,6 +12,7 @@ is a cache of those, plus what it read from Proposal, which it reads again after
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import pwd
@@ -65,11 +66,12 @@ class Tracked:
     proposal: ProposalInfo | None = None
     request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
     deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
+    posting: dict[str, dict[str, Any]] = field(default_factory=dict)  # events not yet answered
     busy: bool = False  # an action chain is in flight
     dirty: bool = False  # something changed while busy: decide again after
     timer: Timer | None = None
     retry: float = 0.0
-    observed: float = 0.0  # monotonic time the last workflow change was seen
+    observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
 
 
 @dataclass
@@ -188,9 +190,15 @@ class Service:
             if not self.synced:
                 log.info("job snapshot: %d #DW job(s) held by the plugin", len(records))
             self.synced = True
+        seen = time.monotonic()
         for record in records:
             tracked = self._tracked(int(record["id"]))
-            tracked.record = None if record.get("phase") == "gone" else record
+            if record.get("phase") == "gone":
+                tracked.record = None
+            else:  # a record sent before the plugin saw our posts must not undo them
+                dws = {**(record.get("dws") or {}), **tracked.posting}
+                tracked.record = {**record, "dws": dws} if tracked.posting else record
+            tracked.observed = seen
         if snapshot:
             self._kick_all()
         else:
@@ -465,7 +473,30 @@ class Service:
                 self.metrics.reactions.append(time.monotonic() - observed)
             return self.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
 
-        self._kube_then(done, self._adopt(tracked), patch, urgent=True)
+        # Take the patch as done in the cached view and end the chain now: DWS often reports
+        # the new state (watch) before this worker has read the patch's own response, and the
+        # job must not sit busy meanwhile.  The view is not settled, so nothing advances on it.
+        asked = dataclasses.replace(wf, desired_state=action.state, hurry=action.hurry)
+        tracked.workflow = asked
+        adopt = self._adopt(tracked)
+
+        def answered(error: str | Halt | None) -> None:
+            if error is None:
+                return
+            log.warning(
+                "job %d workflow %s: asking for %s failed: %s; retrying in %.1fs",
+                tracked.jobid,
+                wf.name,
+                action.state.value,
+                error,
+                RETRY_MIN,
+            )
+            if tracked.workflow is asked:  # nothing newer came: back to what was known
+                tracked.workflow = wf
+            self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+
+        self._kube_then(answered, adopt, patch, urgent=True)
+        done(None)
 
     def _adopt(self, tracked: Tracked, created: bool = False) -> Callable[[Any], str | None]:
         """Take a returned workflow as the latest view, so the next decision need not wait.
@@ -625,18 +656,41 @@ class Service:
         )
 
     def _do_PostEvent(self, tracked: Tracked, action: lc.PostEvent, done: Done) -> None:
-        def posted(error: str | None) -> None:
-            if error is None and tracked.record is not None:
-                dws = {**(tracked.record.get("dws") or {}), action.name: dict(action.context)}
-                self._update_record(tracked, dws=dws)
-            done(error)
+        """Post without waiting for the answer: the chain goes on at once.
 
-        self.jm.post(
-            tracked.jobid,
-            action.name,
-            action.context,
-            self._flux_done(posted, "post", tracked),
+        Requests to the plugin are handled in the order sent, so the event still lands before
+        anything the chain asks next.  The record takes the event now (the next decision sees
+        it); should the post fail, that is undone and the job decided again, which posts anew.
+        """
+        if tracked.record is None:
+            done(None)
+            return
+        before = (tracked.record.get("dws") or {}).get(action.name)
+        context = dict(action.context)
+        tracked.posting[action.name] = context
+        self._update_record(
+            tracked, dws={**(tracked.record.get("dws") or {}), action.name: context}
         )
+
+        def posted(error: str | Halt | None) -> None:
+            if tracked.posting.get(action.name) is context:
+                del tracked.posting[action.name]
+            if error is None or tracked.record is None:
+                return
+            log.warning(
+                "job %d: posting %s failed: %s; will retry", tracked.jobid, action.name, error
+            )
+            dws = dict(tracked.record.get("dws") or {})
+            if dws.get(action.name) is context:
+                if before is None:
+                    dws.pop(action.name)
+                else:
+                    dws[action.name] = before
+                self._update_record(tracked, dws=dws)
+            self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+
+        self.jm.post(tracked.jobid, action.name, context, self._flux_done(posted, "post", tracked))
+        done(None)
 
     def _do_DeleteWorkflow(self, tracked: Tracked, action: lc.DeleteWorkflow, done: Done) -> None:
         wf = tracked.workflow

@@ -174,6 +174,10 @@ class FakeFlux:
         """Every job ever submitted, in submit order."""
         return self.loop.run_sync(lambda: [JobInfo.of(j) for _, j in sorted(self._jobs.items())])
 
+    def states(self) -> dict[int, str]:
+        """Every job's state, cheaply (no copies of eventlogs): for benchmarks that poll."""
+        return self.loop.run_sync(lambda: {i: j.state for i, j in self._jobs.items()})
+
     def wait(self, jobid: int, state: str = "INACTIVE", timeout: float = 30.0) -> JobInfo:
         """Wait until the job is in ``state`` or a later one; TimeoutError shows its last events."""
         rank = state_rank(state)
