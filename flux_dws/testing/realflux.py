@@ -10,6 +10,7 @@ installed; nothing here imports ``flux`` at module load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -167,7 +168,12 @@ class RealFlux:
             f'echo "$FLUX_URI" > {uri_file}; exec sleep 86400',
         ]
         self._instance = subprocess.Popen(
-            cmd, env=self._env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            cmd,
+            env=self._env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group: nothing outlives stop()
         )
         deadline = time.monotonic() + 60
         while not (uri_file.exists() and uri_file.read_text().strip()):
@@ -200,13 +206,22 @@ class RealFlux:
         return env
 
     def stop(self) -> None:
+        """Shut the instance down (`flux shutdown`), then make sure no broker is left."""
         self.kill_service()
         if self._instance is not None:
-            self._instance.send_signal(signal.SIGTERM)
-            try:
+            if self.uri:
+                subprocess.run(
+                    [self.flux, "shutdown", "--quiet"],
+                    env=self._env(),
+                    capture_output=True,
+                    timeout=60,
+                    check=False,
+                )
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._instance.wait(30)
-            except subprocess.TimeoutExpired:
-                self._instance.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._instance.pid, signal.SIGKILL)
+            self._instance.wait(10)
         self._tmp.cleanup()
 
     # ------------------------------------------------------------------ the service
