@@ -13,15 +13,18 @@
  * any request.
  *
  * Jobtap plugins never see client disconnects, so the service proves it is alive with
- * a heartbeat request every 10 s; without a heartbeat or a watch request for
- * heartbeat-timeout (default 30 s), the service watcher is dropped and jobs entering
- * DEPEND get dws-waiting again.
+ * a heartbeat request every [dws] heartbeat (the service reads the same key); after
+ * three heartbeats without a heartbeat or a watch request, the service counts as gone:
+ * its watcher is dropped, every job held in DEPEND that has not been told since the
+ * service left gets dws-waiting (and its service-wait timer), and so does every job
+ * entering DEPEND until a service watches again.
  *
- * Use:    flux jobtap load /path/to/dws-jobtap.so [heartbeat-timeout=30s]
+ * Use:    flux jobtap load /path/to/dws-jobtap.so   (it takes no options)
  *         or [job-manager] plugins = [ { load = "dws-jobtap.so" } ]
  * Remove: flux jobtap remove dws-jobtap.so   (jobtap names plugins by file name)
  * Config: [dws] service-wait = "1h"   (how long a #DW job may wait for the service
  *         before it gets a dws exception; unset: forever)
+ *         [dws] heartbeat = "10s"     (the service's heartbeat period; finite, > 0)
  */
 
 #define _GNU_SOURCE
@@ -46,7 +49,8 @@
 #define RECONCILE_TOPIC "dws.reconcile"
 #define EVENT_PREFIX "dws-"
 #define WAITING_REASON "flux-dws service is not running"
-#define DEFAULT_HEARTBEAT_TIMEOUT 30.
+#define DEFAULT_HEARTBEAT 10.    // [dws] heartbeat when unset, seconds
+#define MISSED_HEARTBEATS 3       // silent this many heartbeats: the service is gone
 
 struct plugin_ctx;
 
@@ -89,6 +93,8 @@ struct dwsjob {
     bool prolog_started;  // ... was ever started
     bool epilog_active;   // the dws epilog action is active
     bool epilog_started;  // ... was ever started
+    bool waiting_told;    // dws-waiting is the latest dws-* event: the user knows the
+                          // service is gone (cleared when a service watches again)
 
     /* Requested in this callback chain, event not yet processed (events posted to
      * the job being called back are queued until the callback returns). */
@@ -108,12 +114,12 @@ struct plugin_ctx {
     flux_t *h;
     char prefix[64];            // "job-manager.dws."
     double service_wait;        // [dws] service-wait, INFINITY when unset
-    double heartbeat_timeout;   // plugin conf heartbeat-timeout
+    double heartbeat;           // [dws] heartbeat, seconds
     struct dwsjob *jobs;        // sorted by id
     struct watcher *watchers;
     json_t *dirty;              // id -> latest record, not yet sent to watchers
     flux_watcher_t *soon;       // runs deferred work on the next reactor loop
-    flux_watcher_t *heartbeat;  // service presence deadline
+    flux_watcher_t *presence;   // deadline for the service's next sign of life
     int rebuilding;             // jobs whose eventlog is still being read
     struct queued_msg *queued;
     struct queued_msg **queued_tail;
@@ -491,6 +497,7 @@ static void reset_derived (struct dwsjob *st)
     st->prolog_active = st->prolog_started = false;
     st->epilog_active = st->epilog_started = false;
     st->prolog_requested = st->epilog_requested = false;
+    st->waiting_told = false;
 }
 
 /* Fold one eventlog entry into what the plugin knows about the job.
@@ -511,6 +518,7 @@ static void apply_entry (struct dwsjob *st, json_t *entry)
     if (strncmp (name, EVENT_PREFIX, strlen (EVENT_PREFIX)) == 0) {
         json_object_set_new (st->dws, name,
                              context ? json_deep_copy (context) : json_object ());
+        st->waiting_told = streq (name, "dws-waiting");
     }
     else if (streq (name, "exception")) {
         int severity = -1;
@@ -811,41 +819,23 @@ static json_t *all_records (struct plugin_ctx *ctx)
 
 /* ------------------------------------------------------------------ service presence */
 
-static void heartbeat_expired (flux_reactor_t *r,
-                               flux_watcher_t *w,
-                               int revents,
-                               void *arg)
+/* How long the service may stay silent before it counts as gone.
+ */
+static double presence_timeout (struct plugin_ctx *ctx)
 {
-    struct plugin_ctx *ctx = arg;
-    char timeout[64], text[256];
-    struct watcher *sw = ctx->watchers;
-
-    while (sw && !sw->service)
-        sw = sw->next;
-    if (!sw)
-        return;
-    format_fsd (ctx->heartbeat_timeout, timeout, sizeof (timeout));
-    flux_log (ctx->h, LOG_WARNING,
-              "dws: no heartbeat or watch from the flux-dws service for %s:"
-              " treating it as gone; #DW jobs entering DEPEND get dws-waiting"
-              " until it watches again",
-              timeout);
-    snprintf (text, sizeof (text),
-              "job-manager.dws.watch: no heartbeat from the flux-dws service for %s:"
-              " it is treated as gone",
-              timeout);
-    watcher_end (ctx, sw, ETIMEDOUT, text);
+    return MISSED_HEARTBEATS * ctx->heartbeat;
 }
 
-/* The service showed it is alive (a heartbeat or a service watch).
+/* The service showed it is alive (a heartbeat or a service watch): it has
+ * presence_timeout() from now to show it again.
  */
 static void service_alive (struct plugin_ctx *ctx)
 {
-    if (!ctx->heartbeat || isinf (ctx->heartbeat_timeout))
+    if (!ctx->presence || ctx->destroying)
         return;
-    flux_watcher_stop (ctx->heartbeat);  // libev timers must be stopped to be reset
-    flux_timer_watcher_reset (ctx->heartbeat, ctx->heartbeat_timeout, 0.);
-    flux_watcher_start (ctx->heartbeat);
+    flux_watcher_stop (ctx->presence);  // libev timers must be stopped to be reset
+    flux_timer_watcher_reset (ctx->presence, presence_timeout (ctx), 0.);
+    flux_watcher_start (ctx->presence);
 }
 
 static void service_wait_over (flux_reactor_t *r,
@@ -887,10 +877,76 @@ static void start_wait (struct dwsjob *st)
     flux_watcher_start (st->wait_timer);
 }
 
-static void cancel_all_waits (struct plugin_ctx *ctx)
+/* A service watches: no job waits for it any more, and the next absence is news.
+ */
+static void service_back (struct plugin_ctx *ctx)
 {
-    for (struct dwsjob *st = ctx->jobs; st; st = st->next)
+    for (struct dwsjob *st = ctx->jobs; st; st = st->next) {
         cancel_wait (st);
+        st->waiting_told = false;
+    }
+}
+
+/* Tell the job's user that no service is there to set up its storage, once per
+ * absence of the service (a service watch clears waiting_told).
+ */
+static void tell_waiting (struct dwsjob *st)
+{
+    struct plugin_ctx *ctx = st->ctx;
+    char idbuf[32];
+
+    if (st->waiting_told)
+        return;
+    if (flux_jobtap_event_post_pack (ctx->p, st->id, "dws-waiting",
+                                     "{s:s}", "reason", WAITING_REASON) < 0) {
+        flux_log_error (ctx->h, "dws: job %s: posting dws-waiting",
+                        f58 (st->id, idbuf, sizeof (idbuf)));
+        return;
+    }
+    st->waiting_told = true;
+}
+
+/* The service is gone (silent for presence_timeout(), or never came since the plugin
+ * loaded): drop its watcher, and give every job held in DEPEND what a job entering
+ * DEPEND now gets, a dws-waiting event and its service-wait timer.  A job submitted
+ * just before the service died saw the stale watcher and got neither.
+ */
+static void presence_expired (flux_reactor_t *r,
+                              flux_watcher_t *w,
+                              int revents,
+                              void *arg)
+{
+    struct plugin_ctx *ctx = arg;
+    char timeout[64], text[256];
+    struct watcher *sw = ctx->watchers;
+    int told = 0;
+
+    while (sw && !sw->service)
+        sw = sw->next;
+    format_fsd (presence_timeout (ctx), timeout, sizeof (timeout));
+    if (sw) {
+        snprintf (text, sizeof (text),
+                  "job-manager.dws.watch: no heartbeat from the flux-dws service for %s:"
+                  " it is treated as gone",
+                  timeout);
+        watcher_end (ctx, sw, ETIMEDOUT, text);
+    }
+    for (struct dwsjob *st = ctx->jobs; st; st = st->next) {
+        if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held || st->rebuild_f)
+            continue;
+        if (!st->waiting_told) {
+            tell_waiting (st);
+            told += st->waiting_told ? 1 : 0;
+        }
+        start_wait (st);
+    }
+    if (sw || told > 0)
+        flux_log (ctx->h, LOG_WARNING,
+                  "dws: no heartbeat or watch from the flux-dws service for %s"
+                  " ([dws] heartbeat x%d): treating it as gone; %d #DW job(s) in DEPEND"
+                  " got dws-waiting now, and jobs entering DEPEND get it until a"
+                  " service watches again",
+                  timeout, MISSED_HEARTBEATS, told);
 }
 
 /* ------------------------------------------------------------------ holding jobs */
@@ -914,10 +970,7 @@ static void hold_in_depend (struct dwsjob *st)
     }
     if (service_connected (ctx))
         return;
-    if (flux_jobtap_event_post_pack (ctx->p, st->id, "dws-waiting",
-                                     "{s:s}", "reason", WAITING_REASON) < 0)
-        flux_log_error (ctx->h, "dws: job %s: posting dws-waiting",
-                        f58 (st->id, idbuf, sizeof (idbuf)));
+    tell_waiting (st);
     start_wait (st);
 }
 
@@ -1207,6 +1260,10 @@ static int event_cb (flux_plugin_t *p,
     return 0;
 }
 
+/* [dws] from the instance config, on load and on every flux config reload; a bad value
+ * fails the load or the reload with a message naming the key.  The plugin itself takes
+ * no options: [dws] is the one place these are set, for the plugin and the service.
+ */
 static int conf_update_cb (flux_plugin_t *p,
                            const char *topic,
                            flux_plugin_arg_t *args,
@@ -1216,7 +1273,7 @@ static int conf_update_cb (flux_plugin_t *p,
     json_t *conf = NULL;
     json_t *dws, *value;
     double service_wait = INFINITY;
-    double heartbeat_timeout = DEFAULT_HEARTBEAT_TIMEOUT;
+    double heartbeat = DEFAULT_HEARTBEAT;
     const char *plugin_conf;
 
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s?o}", "conf", &conf) < 0)
@@ -1230,35 +1287,35 @@ static int conf_update_cb (flux_plugin_t *p,
                                       "dws: [dws] service-wait must be a duration"
                                       " (e.g. 30s, 5m, 1.5h, 2d or inf)");
     }
-
+    if ((value = json_object_get (dws, "heartbeat"))) {
+        heartbeat = parse_fsd (value);
+        if (!(heartbeat > 0) || isinf (heartbeat))
+            return flux_jobtap_error (p, args,
+                                      "dws: [dws] heartbeat must be a finite duration"
+                                      " greater than 0 (e.g. 10s)");
+    }
     if ((plugin_conf = flux_plugin_get_conf (p))) {
         json_t *o = json_loads (plugin_conf, 0, NULL);
-        const char *key;
+        const char *key = NULL;
         json_t *v;
-        int rc = 0;
-        json_object_foreach (o, key, v) {
-            if (streq (key, "heartbeat-timeout")) {
-                heartbeat_timeout = parse_fsd (v);
-                if (heartbeat_timeout <= 0) {
-                    rc = flux_jobtap_error (p, args,
-                                            "dws: heartbeat-timeout must be a positive"
-                                            " duration (e.g. 30s)");
-                    break;
-                }
-            }
-            else {
-                rc = flux_jobtap_error (p, args,
-                                        "dws: unknown plugin conf key %s"
-                                        " (known: heartbeat-timeout)", key);
-                break;
-            }
+        json_object_foreach (o, key, v)
+            break;
+        if (key) {
+            int rc = flux_jobtap_error (p, args,
+                                        "dws: unknown plugin option %s: the plugin takes"
+                                        " none (set [dws] heartbeat and service-wait in"
+                                        " the instance config)", key);
+            json_decref (o);
+            return rc;
         }
         json_decref (o);
-        if (rc < 0)
-            return rc;
     }
     ctx->service_wait = service_wait;
-    ctx->heartbeat_timeout = heartbeat_timeout;
+    if (heartbeat != ctx->heartbeat) {
+        ctx->heartbeat = heartbeat;
+        if (flux_watcher_is_active (ctx->presence))
+            service_alive (ctx);  // the new period counts from now
+    }
     return 0;
 }
 
@@ -1356,7 +1413,7 @@ static int watch_method (struct plugin_ctx *ctx,
                          "job-manager.dws.watch: replaced by a newer flux-dws"
                          " service watch");
         }
-        cancel_all_waits (ctx);
+        service_back (ctx);
         service_alive (ctx);
     }
     w->next = ctx->watchers;
@@ -1701,7 +1758,7 @@ static void ctx_destroy (struct plugin_ctx *ctx)
                 dwsjob_detach (st);  // left to the job, which never calls back
         }
         flux_watcher_destroy (ctx->soon);
-        flux_watcher_destroy (ctx->heartbeat);
+        flux_watcher_destroy (ctx->presence);
         json_decref (ctx->dirty);
         free (ctx);
         errno = saved_errno;
@@ -1733,13 +1790,13 @@ int flux_plugin_init (flux_plugin_t *p)
     ctx->p = p;
     ctx->h = h;
     ctx->service_wait = INFINITY;
-    ctx->heartbeat_timeout = DEFAULT_HEARTBEAT_TIMEOUT;
+    ctx->heartbeat = DEFAULT_HEARTBEAT;
     ctx->queued_tail = &ctx->queued;
     snprintf (ctx->prefix, sizeof (ctx->prefix), "job-manager.%s.", PLUGIN_NAME);
     if (!(ctx->dirty = json_object ())
         || !(ctx->soon = flux_timer_watcher_create (r, 0., 0., soon_cb, ctx))
-        || !(ctx->heartbeat = flux_timer_watcher_create (r, DEFAULT_HEARTBEAT_TIMEOUT,
-                                                         0., heartbeat_expired, ctx))
+        || !(ctx->presence = flux_timer_watcher_create (r, 0., 0., presence_expired,
+                                                        ctx))
         || flux_plugin_aux_set (p, NULL, ctx, (flux_free_f)ctx_destroy) < 0) {
         ctx_destroy (ctx);
         return -1;
@@ -1752,6 +1809,9 @@ int flux_plugin_init (flux_plugin_t *p)
      * protocol's errors (the owner check is in dispatch()). */
     if (flux_jobtap_service_register_ex (p, "*", FLUX_ROLE_USER, request_cb, ctx) < 0)
         return -1;
+    /* A service that never watches after the load counts as gone too, so jobs the
+     * plugin finds in DEPEND (rebuilt from their eventlogs) are told. */
+    service_alive (ctx);
     return 0;
 }
 

@@ -12,8 +12,10 @@
 #                                 development files are missing)
 #   dws_test_under_flux [SIZE] [FLUX-START-OPTIONS...]
 #                                 run this script inside a test instance of SIZE brokers
-#                                 (default 1) whose nodes are called fake0..fakeN-1; its
-#                                 config is "$DWS_CONF_DIR/conf.d" (flux config reload)
+#                                 (default 1) whose nodes are called fake0..fakeN-1, or
+#                                 the hostlist in DWS_TEST_HOSTS (e.g. "compute-[01-04]",
+#                                 set before the call); its config is
+#                                 "$DWS_CONF_DIR/conf.d" (flux config reload)
 #   dws_load_plugin [KEY=VAL...]  flux jobtap load the freshly built dws-jobtap.so
 #   dws_remove_plugin             flux jobtap remove it
 #   dws_dec JOBID                 a job ID as the decimal integer the protocol uses
@@ -31,6 +33,22 @@
 #   dws_json FILE EXPR            python EXPR about the JSON in FILE (bound to r) is true
 #   dws_event_names JOBID         the names in the job's eventlog, one per line
 #   dws_drain                     end every job the plugin holds (for test cleanup)
+#
+# The real service against the DWS simulator (flux python, flux_dws on PYTHONPATH):
+#
+#   dws_dwssim_start COMPUTES     kubeapi + dwssim (python -m flux_dws.testing.dwssim, no
+#                                 delays, container seconds x0.01) in the background for
+#                                 compute-01..COMPUTES; exports DWS_KUBECONFIG
+#   dws_service_start             the flux-dws service (python -m flux_dws.daemon) in the
+#                                 background, logging to service.log; returns once it has
+#                                 the plugin's job snapshot
+#   dws_service_kill [SIGNAL]     stop it (default KILL: a crash, no goodbye)
+#   dws_stop_background           stop the service and dwssim (a script's last test: on
+#                                 success sharness removes their pid files with the trash)
+#   dws_kube workflows            every Workflow in Kubernetes, namespace/name, one a line
+#   dws_kube wait-state NAME STATE
+#                                 wait (DWS_TIMEOUT) for workflow NAME's status.state
+#   dws_kube force-ready NAME     what an administrator does: spec.forceReady = true
 
 DWS_SRCDIR=$(cd "$SHARNESS_TEST_DIRECTORY/.." && pwd)
 DWS_JOBTAP_DIR=$DWS_SRCDIR/jobtap
@@ -70,7 +88,11 @@ dws_test_under_flux() {
         return 0
     fi
     dws_build_plugin
-    local flags=""
+    local flags="" hosts="fake[0-$((size - 1))]" test_hosts=""
+    if test -n "$DWS_TEST_HOSTS"; then
+        hosts=$DWS_TEST_HOSTS
+        test_hosts="--test-hosts=$hosts"
+    fi
     test "$verbose" = "t" && flags="$flags --verbose"
     test "$debug" = "t" && flags="$flags --debug"
     test "$immediate" = "t" && flags="$flags --immediate"
@@ -79,7 +101,7 @@ dws_test_under_flux() {
     local conf
     conf=$(mktemp -d "${TMPDIR:-/tmp}/dws-t-conf.XXXXXX") || error "mktemp failed"
     mkdir "$conf/conf.d"
-    flux R encode --hosts="fake[0-$((size - 1))]" -r "0-$((size - 1))" -c 0-1 \
+    flux R encode --hosts="$hosts" -r "0-$((size - 1))" -c 0-1 \
         >"$conf/R" || error "flux R encode failed"
     cat >"$conf/conf.d/resource.toml" <<-EOF
 	[resource]
@@ -91,7 +113,7 @@ dws_test_under_flux() {
     # the script drains them on exit (dws_teardown), the cleanup timeout is the
     # backstop.
     DWS_UNDER_FLUX=t DWS_CONF_DIR="$conf" \
-        flux start --test-size="$size" -c "$conf/conf.d" \
+        flux start --test-size="$size" ${test_hosts:+"$test_hosts"} -c "$conf/conf.d" \
         -o,-Sbroker.cleanup-timeout=10 "$@" \
         bash "$SHARNESS_TEST_FILE" $flags
     local rc=$?
@@ -340,4 +362,130 @@ for r in json.load(sys.stdin)["jobs"]:
     done
     dws_rpc list
     return 1
+}
+
+# ------------------------------------------------------------------ service and simulator
+
+dws_dwssim_start() {
+    local tries=0
+    DWS_KUBECONFIG=$PWD/kubeconfig
+    export DWS_KUBECONFIG
+    rm -f dwssim.out
+    flux python -m flux_dws.testing.dwssim --no-delays --time-scale 0.01 \
+        --computes "$1" --kubeconfig "$DWS_KUBECONFIG" >dwssim.out 2>dwssim.log &
+    echo $! >dwssim.pid
+    while test "$(wc -l <dwssim.out)" -lt 2; do
+        tries=$((tries + 1))
+        if test $tries -gt $((DWS_TIMEOUT * 10)) || ! kill -0 "$(cat dwssim.pid)" 2>/dev/null
+        then
+            cat dwssim.log >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+dws_service_start() {
+    local before tries=0
+    before=$(cat service.log 2>/dev/null | grep -c "job snapshot")
+    flux python -m flux_dws.daemon >>service.log 2>&1 &
+    echo $! >service.pid
+    while test "$(grep -c "job snapshot" service.log)" -le "$before"; do
+        tries=$((tries + 1))
+        if test $tries -gt $((DWS_TIMEOUT * 10)) || ! kill -0 "$(cat service.pid)" 2>/dev/null
+        then
+            tail -20 service.log >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+dws_service_kill() {
+    if test -f service.pid; then
+        kill -"${1:-KILL}" "$(cat service.pid)" 2>/dev/null
+        wait "$(cat service.pid)" 2>/dev/null
+        rm -f service.pid
+    fi
+    return 0
+}
+
+dws_stop_background() {
+    dws_service_kill TERM
+    if test -f dwssim.pid; then
+        kill "$(cat dwssim.pid)" 2>/dev/null
+        wait "$(cat dwssim.pid)" 2>/dev/null
+        rm -f dwssim.pid
+    fi
+    return 0
+}
+
+# Workflows through the kubernetes client (a dependency of flux-dws itself, so always
+# there when the service can run): no kubectl needed.
+DWS_KUBE_HELPER=$SHARNESS_TRASH_DIRECTORY/dws-kube.py
+export DWS_KUBE_HELPER
+cat >"$DWS_KUBE_HELPER" <<'EOF'
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from kubernetes import client, config
+
+from flux_dws.k8s.resources import DWS_GROUP, WORKFLOWS
+
+MERGE_PATCH = "application/merge-patch+json"
+BOUND = 10  # seconds per request
+
+api = config.new_client_from_config(config_file=os.environ["DWS_KUBECONFIG"])
+groups = client.ApisApi(api).get_api_versions(_request_timeout=BOUND).groups
+VERSION = next(g.preferred_version.version for g in groups if g.name == DWS_GROUP)
+custom = client.CustomObjectsApi(api)
+
+
+def workflows():
+    found = custom.list_cluster_custom_object(DWS_GROUP, VERSION, WORKFLOWS, _request_timeout=BOUND)
+    for wf in found["items"]:
+        print(f"{wf['metadata']['namespace']}/{wf['metadata']['name']}")
+    return 0
+
+
+def wait_state(name, state):
+    deadline = time.monotonic() + float(os.environ.get("DWS_TIMEOUT", "15"))
+    while True:
+        wf = custom.get_namespaced_custom_object(
+            DWS_GROUP, VERSION, "default", WORKFLOWS, name, _request_timeout=BOUND
+        )
+        got = (wf.get("status") or {}).get("state")
+        if got == state:
+            return 0
+        if time.monotonic() > deadline:
+            print(f"workflow {name} is in {got}, not {state}")
+            return 1
+        time.sleep(0.05)
+
+
+def force_ready(name):
+    custom.patch_namespaced_custom_object(
+        DWS_GROUP,
+        VERSION,
+        "default",
+        WORKFLOWS,
+        name,
+        {"spec": {"forceReady": True}},
+        _content_type=MERGE_PATCH,
+        _request_timeout=BOUND,
+    )
+    return 0
+
+
+COMMANDS = {"workflows": workflows, "wait-state": wait_state, "force-ready": force_ready}
+
+if __name__ == "__main__":
+    sys.exit(COMMANDS[sys.argv[1]](*sys.argv[2:]))
+EOF
+
+dws_kube() {
+    flux python "$DWS_KUBE_HELPER" "$@"
 }

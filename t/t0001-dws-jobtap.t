@@ -24,6 +24,18 @@ to_prolog() {
     flux job wait-event -t $DWS_TIMEOUT $1 prolog-start >/dev/null
 }
 
+# set_dws_config [TOML-LINES]: the instance's [dws] table, reloaded.  Always with a 1s
+# heartbeat, so the plugin counts a silent service as gone after 3s.
+set_dws_config() {
+    printf "[dws]\nheartbeat = \"1s\"\n%s\n" "$1" >"$DWS_CONF_DIR/conf.d/dws.toml" &&
+    flux config reload
+}
+
+# dws_waiting_count JOBID: how many dws-waiting events the job has.
+dws_waiting_count() {
+    dws_event_names $1 | grep -c "^dws-waiting$"
+}
+
 # Check one dws_rpc error: errno name and exact message.
 rpc_fails() {
     local errname=$1 message=$2
@@ -34,6 +46,7 @@ rpc_fails() {
 }
 
 test_expect_success 'load the dws plugin; its methods are job-manager.dws.*' '
+    set_dws_config "" &&
     dws_load_plugin &&
     flux jobtap list >list.out &&
     grep "^dws-jobtap.so$" list.out &&
@@ -221,7 +234,7 @@ test_expect_success 'a guest gets EPERM from watch; nothing happened to the job'
 # --------------------------------------------------------------- the #DW life cycle
 
 test_expect_success 'the service watches: snapshot first, no dws-waiting for new jobs' '
-    dws_watch_start svc --service --heartbeat 1 &&
+    dws_watch_start svc --service --heartbeat 0.3 &&
     head -1 svc.log >snapshot.json &&
     dws_json snapshot.json "r[\"snapshot\"] is True and [j[\"id\"] for j in r[\"jobs\"]] == [$(dws_dec $waiting)]" &&
     job=$(submit_dw -N2 sleep 300) &&
@@ -382,7 +395,7 @@ test_expect_success 'a failed prolog without an exception still starts the job, 
 # --------------------------------------------------------------- service presence
 
 test_expect_success 'a second service watch replaces the first, which ends' '
-    dws_watch_start svc2 --service --heartbeat 1 &&
+    dws_watch_start svc2 --service --heartbeat 0.3 &&
     flux python "$DWS_HELPER" wait-lines svc.log 2 $DWS_TIMEOUT &&
     grep "\"error\": \"ECANCELED\"" svc.log &&
     grep "replaced by a newer flux-dws service watch" svc.log &&
@@ -417,49 +430,78 @@ test_expect_success 'a plugin remove ends every stream with ENOSYS' '
     dws_watch_stop svc2
 '
 
-test_expect_success 'reload with a short heartbeat-timeout; a silent service is dropped' '
-    dws_load_plugin heartbeat-timeout=0.5s &&
+test_expect_success 'the plugin takes no options: the heartbeat is [dws] heartbeat' '
+    test_must_fail dws_load_plugin heartbeat-timeout=30s 2>opt.err &&
+    grep "unknown plugin option heartbeat-timeout: the plugin takes none" opt.err &&
+    dws_load_plugin
+'
+
+test_expect_success 'a silent service is dropped after three heartbeats; held jobs are told' '
+    told=$(dws_waiting_count $waiting) &&
     dws_watch_start silent --service &&
     flux python "$DWS_HELPER" wait-lines silent.log 2 $DWS_TIMEOUT &&
     tail -1 silent.log >silent.json &&
-    dws_json silent.json "r[\"error\"] == \"ETIMEDOUT\" and \"heartbeat\" in r[\"message\"]" &&
+    dws_json silent.json "r == {\"error\": \"ETIMEDOUT\", \"message\":
+        \"job-manager.dws.watch: no heartbeat from the flux-dws service for 3s: it is treated as gone\"}" &&
+    flux job wait-event -t $DWS_TIMEOUT -c $((told + 1)) $waiting dws-waiting &&
     hj=$(submit_dw true) &&
     flux job wait-event -t $DWS_TIMEOUT $hj dws-waiting &&
     flux cancel $hj &&
     flux job wait-event -t $DWS_TIMEOUT $hj epilog-start &&
     dws_rpc epilog-finish "{\"id\": $(dws_dec $hj)}" &&
+    test $(dws_waiting_count $waiting) -eq $((told + 1)) &&
     dws_watch_stop silent
 '
 
 test_expect_success 'a service that sends heartbeats stays connected' '
-    dws_remove_plugin &&
-    dws_load_plugin heartbeat-timeout=1.5 &&
-    dws_watch_start beating --service --heartbeat 0.1 &&
-    sleep 2 &&
+    dws_watch_start beating --service --heartbeat 0.3 &&
+    sleep 4 &&
     kj=$(submit_dw true) &&
     dws_wait_phase beating $kj depend &&
     ! grep error beating.log &&
-    ! flux job eventlog $kj | grep dws-waiting &&
+    test_must_fail flux job wait-event -t 0.5 $kj dws-waiting &&
     flux cancel $kj &&
     dws_wait_phase beating $kj epilog &&
     dws_rpc epilog-finish "{\"id\": $(dws_dec $kj)}" &&
     dws_watch_stop beating
 '
 
-test_expect_success 'a bad heartbeat-timeout or unknown plugin key fails the load clearly' '
-    dws_remove_plugin &&
-    test_must_fail dws_load_plugin heartbeat-timeout=soon 2>hb.err &&
-    grep "heartbeat-timeout must be a positive duration" hb.err &&
-    test_must_fail dws_load_plugin heartbet-timeout=1 2>key.err &&
-    grep "unknown plugin conf key heartbet-timeout" key.err &&
-    dws_load_plugin
+test_expect_success 'a job submitted just before the service died is told once it counts as gone' '
+    told=$(dws_waiting_count $waiting) &&
+    dws_watch_start doomed --service --heartbeat 0.3 &&
+    dj=$(submit_dw true) &&
+    dws_wait_phase doomed $dj depend &&
+    test_must_fail flux job wait-event -t 0.5 $dj dws-waiting &&
+    kill -KILL $(cat doomed.pid) &&
+    dws_watch_stop doomed &&
+    flux job wait-event -t $DWS_TIMEOUT $dj dws-waiting >dj.event &&
+    grep "reason=\"flux-dws service is not running\"" dj.event &&
+    flux job wait-event -t $DWS_TIMEOUT -c $((told + 1)) $waiting dws-waiting &&
+    flux dmesg | grep "treating it as gone; 2 #DW job(s) in DEPEND got dws-waiting now" &&
+    test $(dws_waiting_count $dj) -eq 1 &&
+    test $(dws_waiting_count $waiting) -eq $((told + 1)) &&
+    test "$(flux jobs -n -o "{state}" $dj)" = DEPEND
 '
 
-# set_dws_config TOML-LINES: the [dws] table of the instance config, reloaded.
-set_dws_config() {
-    printf "[dws]\n%s\n" "$1" >"$DWS_CONF_DIR/conf.d/dws.toml" &&
-    flux config reload
-}
+test_expect_success 'jobs in DEPEND are not killed for it; end them' '
+    flux cancel $dj $waiting &&
+    flux job wait-event -t $DWS_TIMEOUT $dj epilog-start &&
+    flux job wait-event -t $DWS_TIMEOUT $waiting epilog-start &&
+    ! flux job eventlog $dj | grep "exception type=\"dws\"" &&
+    dws_rpc epilog-finish "{\"id\": $(dws_dec $dj)}" &&
+    dws_rpc epilog-finish "{\"id\": $(dws_dec $waiting)}" &&
+    flux job wait-event -t $DWS_TIMEOUT $waiting clean
+'
+
+test_expect_success 'an invalid [dws] heartbeat is refused by config reload' '
+    for bad in "\"soon\"" 0 "\"0s\"" "\"inf\"" "\"-1s\"" true; do
+        printf "[dws]\nheartbeat = %s\n" "$bad" >"$DWS_CONF_DIR/conf.d/dws.toml" &&
+        test_must_fail flux config reload 2>hb.err &&
+        grep "dws: \[dws\] heartbeat must be a finite duration greater than 0 (e.g. 10s)" hb.err ||
+        return 1
+    done &&
+    set_dws_config ""
+'
 
 test_expect_success '[dws] service-wait bounds the wait with a dws exception' '
     set_dws_config "service-wait = \"1s\"" &&
@@ -469,8 +511,25 @@ test_expect_success '[dws] service-wait bounds the wait with a dws exception' '
     grep "flux-dws service is not running after waiting 1s (\[dws\] service-wait): storage not set up" sw.event &&
     flux job wait-event -t $DWS_TIMEOUT $wj epilog-start &&
     dws_rpc epilog-finish "{\"id\": $(dws_dec $wj)}" &&
-    flux job wait-event -t $DWS_TIMEOUT $wj clean &&
-    test "$(flux jobs -n -o "{state}" $waiting)" = DEPEND
+    flux job wait-event -t $DWS_TIMEOUT $wj clean
+'
+
+test_expect_success 'service-wait also counts for the jobs told when the service went silent' '
+    set_dws_config "service-wait = \"2s\"" &&
+    dws_watch_start doomed2 --service --heartbeat 0.3 &&
+    cj=$(submit_dw true) &&
+    dws_wait_phase doomed2 $cj depend &&
+    kill -KILL $(cat doomed2.pid) &&
+    dws_watch_stop doomed2 &&
+    flux job wait-event -t $DWS_TIMEOUT $cj dws-waiting &&
+    flux job wait-event -t $DWS_TIMEOUT $cj exception >cj.event &&
+    grep "flux-dws service is not running after waiting 2s (\[dws\] service-wait)" cj.event &&
+    dws_event_names $cj | grep -A1 "^dws-waiting$" | tail -1 >cj.next &&
+    echo exception >cj.expected &&
+    test_cmp cj.expected cj.next &&
+    flux job wait-event -t $DWS_TIMEOUT $cj epilog-start &&
+    dws_rpc epilog-finish "{\"id\": $(dws_dec $cj)}" &&
+    flux job wait-event -t $DWS_TIMEOUT $cj clean
 '
 
 test_expect_success 'a service watch cancels the service-wait of waiting jobs' '
@@ -498,7 +557,7 @@ test_expect_success 'an invalid [dws] service-wait is refused by config reload' 
 # --------------------------------------------------------------- reload with jobs in flight
 
 test_expect_success 'set up jobs in DEPEND, in the prolog, running and in the epilog' '
-    dws_watch_start before --service --heartbeat 1 &&
+    dws_watch_start before --service --heartbeat 0.3 &&
     held=$(submit_dw true) &&
     dws_wait_phase before $held depend &&
     dws_rpc post "{\"id\": $(dws_dec $held), \"name\": \"dws-state\", \"context\": {\"state\": \"Proposal\"}}" &&
@@ -529,7 +588,7 @@ if before != after:
     print(json.dumps(before, indent=1)); print(json.dumps(after, indent=1)); sys.exit(1)
 " &&
     dws_json after.json "{j[\"id\"]: j[\"phase\"] for j in r[\"jobs\"]} == {
-        $(dws_dec $waiting): \"depend\", $(dws_dec $held): \"depend\",
+        $(dws_dec $held): \"depend\",
         $(dws_dec $inpro): \"prolog\", $(dws_dec $running): \"run\",
         $(dws_dec $inepi): \"epilog\"}" &&
     flux job eventlog $held | grep -c dependency-add >adds &&
@@ -538,7 +597,7 @@ if before != after:
 '
 
 test_expect_success 'after the reload every held job can be driven to the end' '
-    dws_watch_start after --service --heartbeat 1 &&
+    dws_watch_start after --service --heartbeat 0.3 &&
     dws_rpc release "{\"id\": $(dws_dec $held), \"update\": {}}" &&
     dws_wait_phase after $held prolog &&
     dws_rpc prolog-finish "{\"id\": $(dws_dec $held), \"success\": true}" &&

@@ -69,7 +69,7 @@ def _real_stack(stack_backend):
         return
     from flux_dws.testing.stack import Stack
 
-    with Stack(hosts=4, backend="flux", config={"heartbeat": "1s"}) as running:
+    with Stack(hosts=4, backend="flux", config={"heartbeat": "2s"}) as running:
         yield running
 
 

@@ -526,14 +526,17 @@ def test_service_wait_expiry_raises_a_dws_exception(clock: FakeClock) -> None:
         ff.loop.run_sync(lambda: None)
         ff.loop.run_sync(lambda: None)
 
-        info = ff.info(late)
-        assert info.state == "CLEANUP" and info.holds == {"epilog:dws"}
-        exc = info.exception
-        assert exc is not None and exc["type"] == "dws" and exc["severity"] == 0
-        assert "service" in exc["note"] and "1m" in exc["note"]
+        # the service left with rescued and seen in DEPEND: they were told again and their
+        # service-wait started then, like late's, so all three ran out together
+        for jobid in (late, rescued, seen):
+            info = ff.info(jobid)
+            assert info.state == "CLEANUP" and info.holds == {"epilog:dws"}
+            exc = info.exception
+            assert exc is not None and exc["type"] == "dws" and exc["severity"] == 0
+            assert "service" in exc["note"] and "1m" in exc["note"]
+        assert ff.info(rescued).event_names().count("dws-waiting") == 2
+        assert ff.info(seen).event_names().count("dws-waiting") == 1
         assert len(ff.info(abandoned).events("exception")) == 1
-        for jobid in (rescued, seen):  # the service connected while they waited
-            assert ff.info(jobid).state == "DEPEND" and ff.info(jobid).exception is None
 
 
 # ----------------------------------------------------------------------------- watch streams
@@ -739,3 +742,14 @@ def test_user_side_errors(ff: FakeFlux) -> None:
         ff.wait(jobid, "RUN", timeout=0.05)
     with pytest.raises(ValueError, match="unknown job state"):
         ff.wait(jobid, "RUNNING")
+
+
+def test_jobs_already_waiting_are_told_when_the_service_goes(ff: FakeFlux) -> None:
+    service = Client(ff)
+    service.watch().snapshot()
+    jobid = ff.submit(DW)
+    ff.wait_event(jobid, "dependency-add", timeout=TIMEOUT)
+    assert "dws-waiting" not in ff.info(jobid).event_names()
+    service.close()  # the service dies with the job in DEPEND
+    ff.wait_event(jobid, "dws-waiting", timeout=TIMEOUT)
+    assert ff.info(jobid).event_names().count("dws-waiting") == 1

@@ -124,6 +124,7 @@ class DwsPlugin:
         self._dirty: dict[int, Job] = {}
         self._flush_pending = False
         self._wait_timers: dict[int, Timer] = {}
+        self._told: set[int] = set()  # jobs told dws-waiting since a service last watched
         self._methods: dict[str, Callable[[Request], dict[str, Any] | None]] = {
             "watch": self._watch,
             "list": self._list,
@@ -166,6 +167,7 @@ class DwsPlugin:
         self.jm.dependency_add(job, NAME)
         if self._service_connected():
             return
+        self._told.add(job.id)
         self.jm.post_event(job, "dws-waiting", {"reason": WAITING_REASON})
         if math.isfinite(self.jm.service_wait):
             timer = self.jm.loop.call_later(self.jm.service_wait, self._service_wait_over, job.id)
@@ -226,12 +228,34 @@ class DwsPlugin:
 
     def disconnect(self, client: object, channel: object | None = None) -> None:
         """The client went away (``channel`` None) or cancelled one stream."""
+        had_service = self._service_connected()
         self.watchers = [
             w
             for w in self.watchers
             if w.request.client is not client
             or (channel is not None and w.request.channel is not channel)
         ]
+        if had_service and not self._service_connected():
+            self._service_gone()
+
+    def _service_gone(self) -> None:
+        """Tell every job waiting in DEPEND that no service runs, once since it left.
+
+        The C plugin gets here after three missed heartbeats (it cannot see disconnects);
+        fakeflux sees the disconnect itself.
+        """
+        for job in self.jm.active_jobs():
+            if not is_dw_job(job.submitted) or job.state != "DEPEND":
+                continue
+            if NAME not in job.dependencies or job.id in self._told:
+                continue
+            self._told.add(job.id)
+            self.jm.post_event(job, "dws-waiting", {"reason": WAITING_REASON})
+            if math.isfinite(self.jm.service_wait) and job.id not in self._wait_timers:
+                timer = self.jm.loop.call_later(
+                    self.jm.service_wait, self._service_wait_over, job.id
+                )
+                self._wait_timers[job.id] = timer
 
     def shutdown(self) -> None:
         """The job-manager is going away: end every stream, as unloading the plugin does."""
@@ -279,6 +303,7 @@ class DwsPlugin:
         req.respond({"snapshot": True, "jobs": records})
         self.watchers.append(watcher)
         if service:
+            self._told.clear()
             for jobid in list(self._wait_timers):
                 self._cancel_wait(jobid)
 
@@ -287,8 +312,8 @@ class DwsPlugin:
 
     def _heartbeat(self, req: Request) -> dict[str, Any]:
         """The service says it is alive.  Real Flux never tells a jobtap plugin that a client
-        disconnected, so the C plugin counts a service silent for heartbeat-timeout as gone;
-        in-process, fakeflux sees the disconnect itself and needs no timer."""
+        disconnected, so the C plugin counts a service gone after three [dws] heartbeats of
+        silence; in-process, fakeflux sees the disconnect itself and needs no timer."""
         return {}
 
     def _records(self) -> list[dict[str, Any]]:
