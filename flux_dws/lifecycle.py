@@ -308,8 +308,11 @@ def _enter(
 
     The patch goes last so the job's eventlog stays off the critical path: DWS can only
     report the state ready after the patch, and by then this job has nothing left to do.
+    Asking again while an earlier request is still on its way is harmless (DWS admits staying
+    in a state); recording it again would not be, so a state already recorded is not.
     """
-    return [_state_event(job, state, policy, now), SetDesiredState(state, hurry=hurry)]
+    ask = SetDesiredState(state, hurry=hurry)
+    return [ask] if job.posted_state is state else [_state_event(job, state, policy, now), ask]
 
 
 def _state_event(job: JobView, state: State, policy: Policy, since: float) -> PostEvent:
@@ -421,7 +424,9 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     if job.proposal is not None and not job.proposal_recorded:
         events.append(PostEvent("dws-proposal", job.proposal.to_json()))
     state = wf.desired_state
-    if job.posted_state is not state:  # created, or asked for before a restart
+    # created, or asked for before a restart; a state behind the recorded one only means our
+    # request for the later one is still on its way (DWS never goes back)
+    if job.posted_state is None or state.index > job.posted_state.index:
         since = wf.desired_state_change if wf.settled and wf.desired_state_change else now
         events.append(_state_event(job, state, policy, since))
     if wf.transient and (job.transient is None or job.transient[0] is not state):

@@ -662,3 +662,11 @@ def test_every_state_status_phase_gives_only_legal_consistent_actions(
         teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
         assert teardown in actions
         assert j.exception or of(actions, lc.RaiseException)
+
+
+def test_asking_again_for_a_recorded_state_records_it_only_once():
+    # a cancelled job whose Teardown request is still on its way when DWS reports PreRun again
+    j = job(JobPhase.PROLOG, exception=JobException("cancel"), **recorded(State.TEARDOWN))
+    actions = decide(j, wf(State.PRERUN, ready=False), POLICY, NOW)
+    assert lc.SetDesiredState(State.TEARDOWN, hurry=True) in actions
+    assert not [e for e in of(actions, lc.PostEvent) if e.name == "dws-state"]
