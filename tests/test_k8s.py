@@ -11,12 +11,12 @@ import base64
 import itertools
 import socket
 import threading
-import time
 from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from waiting import wait_for
 
 from flux_dws.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL, WLM_ID, workflow_name
 from flux_dws.k8s import (
@@ -42,17 +42,6 @@ from flux_dws.testing.kubeapi import ApiError, KubeApi
 NS = "default"
 DIRECTIVES = ["#DW jobdw type=xfs capacity=10GiB name=scratch"]
 _identities = (f"t{i}" for i in itertools.count())
-
-
-def wait_for(condition, timeout: float = 10.0, what: str = "condition"):
-    """Poll ``condition`` until truthy; fail (not hang) if it never is."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture

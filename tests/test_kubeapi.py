@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+from waiting import wait_for
 
 from flux_dws.identity import FINALIZER
 from flux_dws.testing import ruleset
@@ -82,16 +82,6 @@ def failure(call) -> tuple[int, dict, ApiException]:
     with pytest.raises(ApiException) as info:
         call()
     return info.value.status, json.loads(info.value.body), info.value
-
-
-def wait_for(condition, what: str, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def rv(obj: dict) -> int:
@@ -907,9 +897,9 @@ def stream_in_thread(co, **kwargs):
 @pytest.mark.parametrize("graceful", [False, True])
 def test_cut_watches_ends_every_open_stream(kubeapi, co, graceful):
     thread, events, outcome = stream_in_thread(co, timeout_seconds=10)
-    wait_for(lambda: kubeapi.open_watches() == 1, "the watch to open")
+    wait_for(lambda: kubeapi.open_watches() == 1, "the watch to open", timeout=5.0)
     co.create_namespaced_custom_object(G, V, NS, "computes", computes("seen"))
-    wait_for(lambda: events, "the first event")
+    wait_for(lambda: events, "the first event", timeout=5.0)
     kubeapi.faults.cut_watches(graceful=graceful)
     thread.join(5)
     assert not thread.is_alive() and events == ["ADDED"]
