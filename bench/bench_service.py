@@ -6,8 +6,9 @@ Prints, never asserts: per-transition reaction time (the observation that allows
 state -- the workflow's ready state from the watch, or the job's allocation or end from the
 plugin -- to the next desiredState patch sent, including the Servers/Computes patches that
 must precede it) p50/p99, jobs completed per second, Kubernetes requests per job
-by verb (the service's own client only), and memory per tracked workflow.  Everything runs in
-one process on this machine, so the simulator and the API server share its two cores.
+by verb (the service's own client only), and memory per tracked workflow.  The service runs
+in a process of its own, as under real Flux; kubeapi + dwssim in a second and fakeflux with
+this driver in a third, all on this machine's cores (``--in-process``: all in one process).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import argparse
 import gc
 import logging
 import os
-import resource
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from flux_dws.testing.fakeflux.remote import rss_mib, service_figures  # noqa: E402
 from flux_dws.testing.stack import Stack  # noqa: E402
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -37,19 +38,22 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def rss_mib() -> float:
-    """Current resident set size (Linux /proc), MiB."""
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[1])
-    return pages * resource.getpagesize() / 2**20
-
-
 def measure(
     jobs: int = 1000, containers: float = 0.2, timeout: float = 600.0, in_process: bool = False
 ) -> dict:
-    """Run the jobs; the figures, as data (bench/run collects them into one table)."""
-    with Stack(hosts=jobs, time_scale=0.001, api_process=not in_process) as stack:
-        assert stack.service is not None
+    """Run the jobs; the figures, as data (bench/run collects them into one table).
+
+    By default the service runs in a process of its own, as under real Flux (so its memory
+    and CPU are its own), kubeapi + dwssim in another, and fakeflux with this driver in this
+    one; ``in_process`` puts all of them in this process.
+    """
+    stack = Stack(
+        hosts=jobs,
+        time_scale=0.001,
+        api_process=not in_process,
+        service_process=not in_process,
+    )
+    with stack:
         gc.collect()
         before = rss_mib()
         start = time.monotonic()
@@ -63,21 +67,29 @@ def measure(
         pending = set(ids)
         deadline = start + timeout
         while pending and time.monotonic() < deadline:  # light polling: not to steal CPU
-            if len(stack.service.jobs) >= peak_tracked:
+            if stack.service is not None and len(stack.service.jobs) >= peak_tracked:
                 peak_tracked, peak_rss = len(stack.service.jobs), max(peak_rss, rss_mib())
             states = stack.flux.states()
             pending = {j for j in pending if states[j] != "INACTIVE"}
             time.sleep(0.5)
         elapsed = time.monotonic() - start
         results = [str(stack.flux.info(j).result) for j in ids]
-        service = stack.service
-        reactions = [r * 1000 for r in service.metrics.reactions]
-        counts = service.kube.request_counts()
-        actions = dict(service.metrics.actions)
+        if stack.service is not None:
+            figures = service_figures(stack.service)
+            figures.update(peak_tracked=peak_tracked, baseline_mib=before, rss_at_peak_mib=peak_rss)
+        else:
+            figures = stack.stop_service()
         left = len(stack.workflows())
+    reactions = [seconds * 1000 for _, seconds in figures["reactions"]]
+    by_state: dict[str, list[float]] = {}
+    for state, seconds in figures["reactions"]:
+        by_state.setdefault(state, []).append(seconds * 1000)
+    counts = figures["requests"]
     done = jobs - len(pending)
+    peak = max(figures["peak_tracked"], 1)
     return {
         "jobs": jobs,
+        "service": "in this process" if in_process else "a process of its own",
         "submit_s": submitted,
         "finished": done,
         "elapsed_s": elapsed,
@@ -87,12 +99,15 @@ def measure(
         "reaction_p99_ms": percentile(reactions, 99) if reactions else None,
         "reaction_max_ms": max(reactions) if reactions else None,
         "transitions": len(reactions),
+        "reaction_by_state_ms": {
+            state: (statistics.median(ms), percentile(ms, 99)) for state, ms in by_state.items()
+        },
         "requests_per_job": {v: round(n / jobs, 2) for v, n in sorted(counts.items())},
         "requests_total": sum(counts.values()),
         "list_calls": counts.get("list", 0),
-        "actions_per_job": {k: round(v / jobs, 2) for k, v in sorted(actions.items())},
-        "peak_tracked": peak_tracked,
-        "kib_per_workflow": (peak_rss - before) * 1024 / max(peak_tracked, 1),
+        "actions_per_job": {k: round(v / jobs, 2) for k, v in sorted(figures["actions"].items())},
+        "peak_tracked": figures["peak_tracked"],
+        "kib_per_workflow": (figures["rss_at_peak_mib"] - figures["baseline_mib"]) * 1024 / peak,
         "workflows_left": left,
     }
 
@@ -105,7 +120,7 @@ def main() -> None:
     parser.add_argument(
         "--in-process",
         action="store_true",
-        help="run kubeapi + dwssim in this process (default: a process of their own)",
+        help="run the service and kubeapi + dwssim in this process (default: each their own)",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -122,6 +137,8 @@ def main() -> None:
             f"p50 {f['reaction_p50_ms']:.2f} ms, p99 {f['reaction_p99_ms']:.2f} ms, "
             f"max {f['reaction_max_ms']:.1f} ms over {f['transitions']} transitions"
         )
+        for state, (p50, p99) in f["reaction_by_state_ms"].items():
+            print(f"  -> {state}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     print(
         f"Kubernetes requests per job by verb: {f['requests_per_job']} "
         f"(total {f['requests_total']})"
@@ -130,7 +147,8 @@ def main() -> None:
     print(f"list calls: {f['list_calls']} (start-up only)")
     print(
         f"memory: peak {f['peak_tracked']} tracked workflows, "
-        f"{f['kib_per_workflow']:.1f} KiB per workflow (process RSS delta; includes fakeflux)"
+        f"{f['kib_per_workflow']:.1f} KiB per workflow (RSS growth of the process the service "
+        f"runs in: {f['service']})"
     )
     print(f"workflows left behind: {f['workflows_left']}")
 

@@ -94,6 +94,8 @@ class Policy:
     api_alarm: float = 120.0
     service_wait: float = math.inf
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
+    max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
+    api_threads: int = 3  # threads for Kubernetes calls (see service.KubeWorker sizing)
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -181,6 +183,15 @@ def _interval(value: object, key: str) -> float:
     return seconds
 
 
+def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -> int:
+    """A whole number, ``least`` or more."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(key, f"must be an integer, not {type_name(value)} {value!r}")
+    if value < least:
+        raise _fail(key, f"must be {least}{zero if least == 0 else ''} or more, not {value}")
+    return value
+
+
 def _instance(value: object, key: str) -> str:
     text = _string(value, key)
     try:
@@ -254,6 +265,8 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "api-alarm": ("api_alarm", _duration),
     "service-wait": ("service_wait", _duration),
     "heartbeat": ("heartbeat", _interval),
+    "max-proposals": ("max_proposals", _count),
+    "api-threads": ("api_threads", partial(_count, least=2)),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

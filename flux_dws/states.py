@@ -33,14 +33,19 @@ class State(str, Enum):
     @classmethod
     def parse(cls, value: str) -> State:
         """Accept "PreRun" or "prerun"; raise ValueError naming the value otherwise."""
-        for state in cls:
-            if value in (state.value, state.key):
-                return state
-        raise ValueError(f"unknown workflow state {value!r}")
+        state = _BY_SPELLING.get(value) if isinstance(value, str) else None
+        if state is None:
+            raise ValueError(f"unknown workflow state {value!r}")
+        return state
 
 
 STATE_ORDER: tuple[State, ...] = tuple(State)
 STATE_KEYS: tuple[str, ...] = tuple(s.key for s in STATE_ORDER)
+#: Both accepted spellings of each state: every watch event parses two states, so a lookup.
+_BY_SPELLING: dict[str, State] = {
+    **{s.value: s for s in STATE_ORDER},
+    **{s.key: s for s in STATE_ORDER},
+}
 
 
 class Status(str, Enum):

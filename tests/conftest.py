@@ -52,8 +52,10 @@ def _real_flux_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module", params=["fakeflux", "flux"])
+@pytest.fixture(scope="module", params=["fakeflux", "fakeflux-process", "flux"])
 def stack_backend(request):
+    """fakeflux with the service in this process; fakeflux with the service in a process of
+    its own (over a Unix socket, as under Flux); a real Flux instance where flux-core is."""
     if request.param == "flux":
         missing = _real_flux_missing()
         if missing:
@@ -83,5 +85,5 @@ def stack(stack_backend, _real_stack):
         return
     from flux_dws.testing.stack import Stack
 
-    with Stack() as running:
+    with Stack(service_process=stack_backend == "fakeflux-process") as running:
         yield running

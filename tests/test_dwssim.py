@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -35,7 +36,12 @@ from flux_dws.testing.dwssim import (
     resolve_delays,
     seed,
 )
-from flux_dws.testing.dwssim.status import FORCED_READY_MESSAGE, roll_up
+from flux_dws.testing.dwssim.status import (
+    FORCED_READY_MESSAGE,
+    enter_state,
+    force_ready,
+    roll_up,
+)
 from flux_dws.testing.kubeapi import ApiError, Store
 
 NS = "default"
@@ -634,12 +640,12 @@ class InterferingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def replace(self, plural: str, namespace: str, name: str, obj: dict) -> dict:
+    def replace(self, plural: str, namespace: str, name: str, obj: dict, **kw: Any) -> dict:
         if plural == "workflows" and self.interfered < 3:
             self.interfered += 1
             label = {"metadata": {"labels": {f"other-{self.interfered}": "x"}}}
             self.store.patch(plural, namespace, name, label)
-        return self.store.replace(plural, namespace, name, obj)
+        return self.store.replace(plural, namespace, name, obj, **kw)
 
 
 def test_conflicting_writes_are_read_again_not_overwritten(store: Store) -> None:
@@ -768,6 +774,63 @@ def test_roll_up_takes_the_highest_priority_entry(entries: list) -> None:
     assert status["message"] == (
         f"DW Directive {with_text[0]['dwdIndex']}: {with_text[0]['message']}" if with_text else ""
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["enter", "force", "roll"]),
+    st.fixed_dictionaries(
+        {"state": st.sampled_from(["Proposal", "Setup"]), "ready": st.booleans()},
+        optional={"env": st.just({"A": "1"}), "drivers": st.just([{"watchState": "Setup"}])},
+    ),
+)
+def test_status_rules_never_change_the_workflow_they_are_given(rule: str, status: dict) -> None:
+    """The simulator hands them the stored objects themselves (shared reads)."""
+    wf = {"metadata": {"name": "w"}, "spec": {"desiredState": "Setup", "forceReady": True}}
+    wf["status"] = status
+    before = json.dumps(wf)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    changed = {"enter": enter_state, "force": force_ready, "roll": roll_up}[rule](wf, now)
+    assert json.dumps(wf) == before
+    assert changed["status"] is not wf["status"]
+    if rule == "enter":
+        assert changed["spec"]["forceReady"] is False and changed["status"]["state"] == "Setup"
+
+
+def test_the_simulator_never_changes_the_objects_it_reads(store: Store, sim: DwsSim) -> None:
+    """It reads shared (stored) objects: every version committed must still equal its text."""
+    start = store.resource_version
+    container_job(store, "wf-ro", "with-ports")
+    create(store, "wf-ro2", ["#DW jobdw type=xfs capacity=1GiB name=s1 requires=copy-offload"])
+    for name in ("wf-ro", "wf-ro2"):
+        run_to(store, name, "Teardown")
+    store.patch("workflows", NS, "wf-ro", {"spec": {"forceReady": True}})
+    store.delete("workflows", NS, "wf-ro")
+    wait_for(store, "wf-ro", lambda w: not w, "deleted")
+    plurals = ("workflows", "computes", "servers", "directivebreakdowns", "secrets")
+    for plural in (*plurals, "nnfcontainerprofiles"):
+        # A replay hands out each version as committed (shared) and decoded from its text.
+        committed = store.watch(plural, resource_version=start, shared=True)
+        encoded = store.watch(plural, resource_version=start)
+        seen = 0
+        while (event := committed.next(0)) is not None:
+            assert event == encoded.next(0), f"{plural}: {event[1]['metadata']}"
+            seen += 1
+        assert encoded.next(0) is None and (seen or plural == "nnfcontainerprofiles"), plural
+
+
+def test_a_deleted_workflow_leaves_nothing_in_the_simulator(store: Store, sim: DwsSim) -> None:
+    container_job(store, "wf-gone", "with-ports")
+    wf = run_to(store, "wf-gone", "PreRun")
+    uid = wf["metadata"]["uid"]
+    assert sim.ports_in_use.get(uid)
+    store.delete("workflows", NS, "wf-gone")
+    wait_for(store, "wf-gone", lambda w: not w, "deleted")
+    deadline = time.monotonic() + WAIT
+    while uid in sim._entered and time.monotonic() < deadline:  # the DELETED event is async
+        time.sleep(0.002)
+    assert uid not in sim._entered and uid not in sim._parsed
+    assert uid not in sim.ports_in_use
 
 
 # ---------------------------------------------------------------------------- simulation mode

@@ -29,6 +29,7 @@ from flux_dws.k8s import (
     WorkflowWatch,
     container_timeouts,
 )
+from flux_dws.k8s.client import _AtMostEvery
 from flux_dws.k8s.resources import (
     DEFAULT_CONTAINER_TIMEOUT,
     DWS_GROUP,
@@ -697,3 +698,87 @@ def test_calls_queued_at_stop_end_with_an_error():
     wait_for(lambda: len(outcomes) == 2, what="both outcomes")
     assert outcomes[0] == ("first", True, None)
     assert outcomes[1][:2] == ("queued", None) and isinstance(outcomes[1][2], RuntimeError)
+
+
+def test_urgent_calls_find_a_reserved_thread_while_others_fill_the_rest():
+    release = threading.Event()
+    started: list[str] = []
+    outcomes: list = []
+    worker = KubeWorker(threads=2, reserved=1)
+
+    def call(name: str, block: bool) -> str:
+        started.append(name)
+        if block:
+            release.wait(10)
+        return name
+
+    try:
+        for name in ("create-1", "create-2"):  # only one thread may take non-urgent calls
+            worker.submit(call, name, True, on_done=lambda r, e: outcomes.append(r))
+        wait_for(lambda: started == ["create-1"], what="the first create to start")
+        worker.submit(call, "setup", False, on_done=lambda r, e: outcomes.append(r), urgent=True)
+        wait_for(lambda: outcomes == ["setup"], what="the urgent call, past a busy pool")
+        assert started == ["create-1", "setup"]  # create-2 still waits for its thread
+        release.set()
+        wait_for(lambda: len(outcomes) == 3, what="the creates")
+        assert started == ["create-1", "setup", "create-2"]
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_urgent_calls_overtake_queued_ones():
+    release, running = threading.Event(), threading.Event()
+    order: list[str] = []
+    worker = KubeWorker(threads=1, reserved=0)
+
+    def first() -> None:
+        running.set()
+        release.wait(10)
+
+    try:
+        worker.submit(first, on_done=lambda r, e: None)
+        assert running.wait(10)
+        for name, urgent in (("read", False), ("create", False), ("dataIn", True)):
+            worker.submit(order.append, name, on_done=lambda r, e: None, urgent=urgent)
+        release.set()
+        wait_for(lambda: len(order) == 3, what="the queued calls")
+        assert order == ["dataIn", "read", "create"]
+    finally:
+        release.set()
+        worker.stop()
+
+
+@pytest.mark.parametrize("threads, reserved", [(0, 0), (4, 4), (4, -1)])
+def test_worker_sizes_are_checked(threads, reserved):
+    with pytest.raises(ValueError, match="threads|reserved"):
+        KubeWorker(threads=threads, reserved=reserved)
+
+
+def test_token_hook_runs_at_most_once_per_interval_and_stays_installed():
+    """The kubeconfig loader's hook re-installs a copy of itself each time it runs."""
+    calls: list[int] = []
+
+    class Configuration:
+        refresh_api_key_hook = None
+
+    def loader_hook(configuration) -> None:
+        calls.append(len(calls))
+        configuration.refresh_api_key_hook = loader_hook  # as kube_config._set_config does
+
+    cfg = Configuration()
+    cfg.refresh_api_key_hook = throttled = _AtMostEvery(60.0, loader_hook)
+    for _ in range(5):  # as the client does before every request
+        cfg.refresh_api_key_hook(cfg)
+    assert calls == [0] and cfg.refresh_api_key_hook is throttled
+    throttled.interval = 0.0
+    cfg.refresh_api_key_hook(cfg)
+    assert calls == [0, 1] and cfg.refresh_api_key_hook is throttled
+
+
+def test_kubeconfig_token_hook_is_throttled(kube):
+    hook = kube._api.configuration.refresh_api_key_hook
+    assert isinstance(hook, _AtMostEvery)
+    for _ in range(3):
+        kube.served_groups()
+    assert kube._api.configuration.refresh_api_key_hook is hook

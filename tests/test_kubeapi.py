@@ -563,6 +563,82 @@ def test_store_state_survives_dump_and_load():
     assert copy.resource_version == store.resource_version
 
 
+def test_shared_reads_are_the_stored_object_and_copies_are_private():
+    store = Store()
+    created = store.create("computes", NS, computes("c", {"a": "b"}), shared=True)
+    assert store.get("computes", NS, "c", shared=True) is created
+    assert store.list("computes", NS, shared=True)[0] == [created]
+    mine = store.get("computes", NS, "c")
+    assert mine == created and mine is not created
+    mine["metadata"]["labels"]["a"] = "changed"
+    assert store.get("computes", NS, "c", shared=True)["metadata"]["labels"] == {"a": "b"}
+    patched = store.patch("computes", NS, "c", {"data": [{"name": "n"}]}, shared=True)
+    assert patched is store.get("computes", NS, "c", shared=True) and patched is not created
+    assert created["data"] == []  # an earlier version stays as it was committed
+
+
+def test_a_shared_watch_sees_what_a_private_one_sees():
+    store = Store()
+    start = store.resource_version
+    private = store.watch("computes", NS, resource_version=start)
+    shared = store.watch("computes", NS, resource_version=start, shared=True)
+    store.create("computes", NS, computes("c"))
+    store.patch("computes", NS, "c", {"data": [{"name": "n"}]})
+    store.delete("computes", NS, "c")
+    for kind in ("ADDED", "MODIFIED", "DELETED"):
+        mine, theirs = private.next(0), shared.next(0)
+        assert mine[0] == theirs[0] == kind
+        assert mine[1] == theirs[1]
+        assert theirs[1] is not mine[1]
+    assert shared.next(0) is None and private.next(0) is None
+
+
+def test_readers_over_http_never_change_the_stored_objects(co, kubeapi):
+    """The server answers from the stored objects themselves: it must only ever encode them."""
+    store = kubeapi.store
+    created = co.create_namespaced_custom_object(G, V, NS, "computes", computes("c", {"a": "b"}))
+    co.get_namespaced_custom_object(G, "v1alpha6", NS, "computes", "c")
+    co.list_namespaced_custom_object(G, "v1alpha6", NS, "computes")
+    patch = {"data": [{"name": "n"}]}
+    co.patch_namespaced_custom_object(G, "v1alpha6", NS, "computes", "c", patch)
+    events = watch_events(
+        co, 1, resource_version=created["metadata"]["resourceVersion"], label_selector="a=b"
+    )
+    assert [(e["type"], e["raw_object"]["apiVersion"]) for e in events] == [
+        ("MODIFIED", f"{G}/{V}")
+    ]
+    co.create_namespaced_custom_object(G, V, NS, "computes", computes("f", finalizers=["x/y"]))
+    co.delete_namespaced_custom_object(G, "v1alpha6", NS, "computes", "f")
+    for plural in ("computes", "namespaces"):
+        assert store.list(plural, shared=True)[0] == store.list(plural)[0]
+    assert store.get("computes", NS, "c", shared=True)["apiVersion"] == f"{G}/{V}"
+
+
+def test_a_watch_under_another_version_says_that_version(co):
+    start = co.create_namespaced_custom_object(G, V, NS, "computes", computes("o", {"k": "v"}))
+    co.patch_namespaced_custom_object(G, V, NS, "computes", "o", {"data": [{"name": "n"}]})
+    co.patch_namespaced_custom_object(G, V, NS, "computes", "o", {"metadata": {"labels": None}})
+    stream = watch.Watch()
+    events = []
+    for event in stream.stream(
+        co.list_namespaced_custom_object,
+        G,
+        "v1alpha6",
+        NS,
+        "computes",
+        resource_version=start["metadata"]["resourceVersion"],
+        label_selector="k=v",
+        allow_watch_bookmarks=True,
+        timeout_seconds=3,
+    ):
+        events.append(event)
+        if event["type"] == "BOOKMARK":
+            stream.stop()
+    assert [e["type"] for e in events] == ["MODIFIED", "DELETED", "BOOKMARK"]
+    assert {e["raw_object"]["apiVersion"] for e in events} == {f"{G}/v1alpha6"}
+    assert events[0]["raw_object"]["data"] == [{"name": "n"}]
+
+
 # -- admission (dws-api.md section 1) --------------------------------------------------
 
 

@@ -438,3 +438,21 @@ def test_heartbeat_is_a_finite_positive_duration():
     for bad, message in (("inf", "finite"), ("0", "greater than 0"), ("soon", "invalid")):
         with pytest.raises(PolicyError, match=f"heartbeat: .*{message}"):
             policy_from_table({"heartbeat": bad})
+
+
+def test_max_proposals_is_a_count_and_zero_means_no_limit():
+    assert policy_from_table({}).max_proposals == 16
+    assert policy_from_table({"max-proposals": 0}).max_proposals == 0
+    assert policy_from_table({"max-proposals": 200}).max_proposals == 200
+    for bad, message in ((-1, "0 \\(no limit\\) or more"), ("16", "integer, not string"),
+                         (True, "integer, not boolean"), (1.5, "integer, not float")):  # fmt: skip
+        with pytest.raises(PolicyError, match=f"^\\[dws\\] max-proposals: .*{message}"):
+            policy_from_table({"max-proposals": bad})
+
+
+def test_api_threads_needs_one_for_moves_and_one_for_the_rest():
+    assert policy_from_table({}).api_threads == 3
+    assert policy_from_table({"api-threads": 12}).api_threads == 12
+    for bad, message in ((1, "must be 2 or more, not 1"), (0, "2 or more"), ("4", "not string")):
+        with pytest.raises(PolicyError, match=f"^\\[dws\\] api-threads: .*{message}"):
+            policy_from_table({"api-threads": bad})

@@ -93,7 +93,40 @@ def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
         raise KubeSetupError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
     cfg.retries = False  # we retry ourselves, so that every attempt is counted and logged
     cfg.connection_pool_maxsize = 32
+    if cfg.refresh_api_key_hook is not None:
+        cfg.refresh_api_key_hook = _AtMostEvery(TOKEN_CHECK_INTERVAL, cfg.refresh_api_key_hook)
     return cfg
+
+
+#: How often the loaders' token hook runs (it re-reads an expiring token).  The client calls
+#: it before every request, and each call re-applies the whole configuration, host and proxy
+#: environment included: a quarter of a patch's CPU time for a token that rarely changes.
+TOKEN_CHECK_INTERVAL = 1.0
+
+
+class _AtMostEvery:
+    """Call ``hook(configuration)`` at most once per ``interval`` seconds (thread-safe).
+
+    The loaders' hook installs a fresh copy of itself each time it runs: take that one as the
+    hook to call next time, and stay in its place.
+    """
+
+    def __init__(self, interval: float, hook: Callable[[Any], None]) -> None:
+        self.interval, self.hook = interval, hook
+        self._last = float("-inf")
+        self._lock = threading.Lock()
+
+    def __call__(self, configuration: Any) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < self.interval:
+                return
+            self._last = now
+            self.hook(configuration)
+            installed = configuration.refresh_api_key_hook
+            if installed is not self and installed is not None:
+                self.hook = installed
+            configuration.refresh_api_key_hook = self
 
 
 class KubeClient:

@@ -7,9 +7,8 @@ service sets to its loop's thread-safe "call soon" so results arrive as ordinary
 
 from __future__ import annotations
 
-import itertools
+import collections
 import logging
-import queue
 import threading
 from typing import Any, Callable, TypeVar
 
@@ -20,6 +19,8 @@ T = TypeVar("T")
 #: How a finished call reaches the service: called with a no-argument callback.
 Deliver = Callable[[Callable[[], None]], None]
 
+_Call = Callable[[], None]
+
 
 def _call_now(callback: Callable[[], None]) -> None:
     callback()
@@ -29,17 +30,27 @@ class KubeWorker:
     """A bounded pool of threads for blocking Kubernetes calls; never blocks the submitter.
 
     Calls run in submit order, except that ``urgent`` ones (a workflow's next state, which a
-    job is waiting on) overtake the queue: a burst of creates and reads for new jobs must not
-    hold back jobs that are already moving.
+    job is waiting on) go first, and ``reserved`` threads only ever take urgent calls: a burst
+    of creates and reads for new jobs can fill the other threads, yet a job that is already
+    moving finds a thread free at once instead of queueing behind a slow API round trip.
     """
 
-    def __init__(self, threads: int = 16, *, deliver: Deliver | None = None) -> None:
+    def __init__(
+        self, threads: int = 16, *, reserved: int | None = None, deliver: Deliver | None = None
+    ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
-        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], None] | None]] = (
-            queue.PriorityQueue()
-        )
-        self._seq = itertools.count()
+        if reserved is None:
+            reserved = threads // 4
+        if not 0 <= reserved < threads:
+            raise ValueError(
+                f"reserved must be from 0 to threads - 1 ({threads - 1}), not {reserved}"
+            )
+        self._urgent: collections.deque[_Call] = collections.deque()
+        self._normal: collections.deque[_Call] = collections.deque()
+        self._normal_limit = threads - reserved  # threads that may run non-urgent calls
+        self._normal_running = 0
+        self._cond = threading.Condition()
         self._deliver: Deliver = deliver or _call_now
         self._stopped = threading.Event()
         self._threads = [
@@ -78,20 +89,42 @@ class KubeWorker:
             except Exception:  # e.g. the service's loop is already closed
                 log.exception("KubeWorker: could not deliver the outcome of %r", fn)
 
-        self._queue.put((0 if urgent else 1, next(self._seq), run))
+        with self._cond:
+            (self._urgent if urgent else self._normal).append(run)
+            self._cond.notify()
+
+    def _next(self) -> tuple[_Call | None, bool]:
+        """The next call for this thread (None: stop) and whether it is a non-urgent one."""
+        with self._cond:
+            while True:
+                if self._urgent:
+                    return self._urgent.popleft(), False
+                stopped = self._stopped.is_set()  # then queued calls only end with an error
+                if self._normal and (stopped or self._normal_running < self._normal_limit):
+                    self._normal_running += 1
+                    return self._normal.popleft(), True
+                if stopped:
+                    return None, False
+                self._cond.wait()
 
     def _work(self) -> None:
         while True:
-            _, _, run = self._queue.get()
+            run, normal = self._next()
             if run is None:
                 return
-            run()
+            try:
+                run()
+            finally:
+                if normal:
+                    with self._cond:
+                        self._normal_running -= 1
+                        self._cond.notify()
 
     def stop(self, wait: bool = True) -> None:
         """Refuse new calls; queued ones end with an error.  By default wait for running ones."""
-        self._stopped.set()
-        for _ in self._threads:
-            self._queue.put((2, next(self._seq), None))
+        with self._cond:
+            self._stopped.set()
+            self._cond.notify_all()
         if wait:
             for thread in self._threads:
                 if thread is not threading.current_thread():

@@ -1,14 +1,18 @@
-"""A whole flux-dws world in one process: kubeapi + dwssim + fakeflux + the real service.
+"""A whole flux-dws world: kubeapi + dwssim + fakeflux (or real Flux) + the real service.
 
 Scenario tests, benchmarks and ``flux dws simulate`` all use this, so there is one way to put
 the pieces together.  The service talks HTTP to kubeapi with the real ``kubernetes`` client
 and speaks doc/protocol.rst to fakeflux; only the job-manager and the DWS controllers are
-stand-ins.  ``kill_service()`` drops the service the way SIGKILL would (no goodbyes), and
-``start_service()`` starts a fresh one that must pick up where the last stopped.
+stand-ins.  By default everything runs in this process; ``api_process`` puts kubeapi + dwssim
+in a process of their own, and ``service_process`` the service (over a Unix socket to
+fakeflux, flux_dws.testing.fakeflux.remote), as under real Flux.  ``kill_service()`` drops
+the service the way SIGKILL would (no goodbyes), and ``start_service()`` starts a fresh one
+that must pick up where the last stopped.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -48,6 +52,7 @@ class Stack:
         identity: str = "test",
         seed: int = 0,
         api_process: bool = False,
+        service_process: bool = False,
         backend: str = "fake",
     ) -> None:
         table = {"instance": identity, **(config or {})}
@@ -59,7 +64,10 @@ class Stack:
         self.identity = identity
         self.hosts = compute_names(hosts)
         self.api_process = api_process
+        self.service_process = service_process and backend == "fake"
         self._process: subprocess.Popen[str] | None = None
+        self._service_process: subprocess.Popen[str] | None = None
+        self._server: Any = None  # FakeFluxServer, with service_process
         self.delays = delays
         self.time_scale = time_scale
         self.seed = seed
@@ -95,6 +103,11 @@ class Stack:
             self.flux = FakeFlux(
                 self.hosts, owner_uid=self.owner_uid, validator=self.validate
             ).start()
+            if self.service_process:
+                from flux_dws.testing.fakeflux.remote import FakeFluxServer
+
+                path = os.path.join(self._tmp.name, "fakeflux.sock")
+                self._server = FakeFluxServer(self.flux, path).start()
         self.start_service()
         return self
 
@@ -129,6 +142,9 @@ class Stack:
         if self.backend == "flux":
             self.flux.start_service()
             return None
+        if self.service_process:
+            self._start_service_process()
+            return None
         loop = Loop(name="flux-dws")
         kube = KubeClient.connect(
             namespace=self.policy.namespace,
@@ -149,10 +165,40 @@ class Stack:
         self.loop, self.service = loop, service
         return service
 
+    def _start_service_process(self) -> None:
+        """``python -m flux_dws.testing.fakeflux.remote``: the service alone in its process."""
+        if self._service_process is not None:
+            raise RuntimeError("a service process is running: kill_service() first")
+        cmd = [sys.executable, "-m", "flux_dws.testing.fakeflux.remote"]
+        cmd += ["--socket", self._server.path, "--kubeconfig", self.kubeconfig]
+        cmd += ["--table", json.dumps(self.table), "--metrics", self.metrics_path]
+        self._service_process = subprocess.Popen(cmd, text=True)
+
+    @property
+    def metrics_path(self) -> str:
+        return os.path.join(self._tmp.name, "service-metrics.json")
+
+    def stop_service(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Stop a service process with SIGTERM; the figures it wrote as it stopped."""
+        process = self._service_process
+        if process is None:
+            raise RuntimeError("stop_service: no service process (service_process=True)")
+        process.terminate()
+        process.wait(timeout)
+        self._service_process = None
+        with open(self.metrics_path) as figures:
+            return json.load(figures)
+
     def kill_service(self) -> None:
         """Drop the service as SIGKILL would: its connection and loop just stop."""
         if self.backend == "flux" and self.flux is not None:
             self.flux.kill_service()
+            self.restarts += 1
+            return
+        if self._service_process is not None:
+            self._service_process.kill()
+            self._service_process.wait(10)
+            self._service_process = None
             self.restarts += 1
             return
         if self.service is None or self.loop is None:
@@ -168,6 +214,8 @@ class Stack:
     def service_running(self) -> bool:
         if self.backend == "flux":
             return self.flux is not None and self.flux.service_running()
+        if self.service_process:
+            return self._service_process is not None and self._service_process.poll() is None
         return self.service is not None
 
     def restart_service(self) -> Service | None:
@@ -176,6 +224,8 @@ class Stack:
 
     def stop(self) -> None:
         self.kill_service()
+        if self._server is not None:
+            self._server.stop()
         if self.flux is not None:
             self.flux.stop()
         if self.sim is not None:
@@ -275,9 +325,14 @@ class Stack:
 
     def workflows(self) -> list[dict[str, Any]]:
         """This instance's workflows still in the API server."""
-        if self.api is None:
-            assert self.service is not None
-            return self.service.kube.list_workflows()[0]
+        if self.api is None:  # kubeapi is in a process of its own: ask it over HTTP
+            kube = KubeClient.connect(
+                namespace=self.policy.namespace, identity=self.identity, kubeconfig=self.kubeconfig
+            )
+            try:
+                return kube.list_workflows()[0]
+            finally:
+                kube.close()
         items, _ = self.api.store.list(
             "workflows", self.policy.namespace, instance_selector(self.identity)
         )

@@ -5,15 +5,19 @@ The imperative shell around the pure rules in ``status``, ``outcomes``, ``contai
 failure) and a heap of timers (per-state delays, container deadlines).  Every Workflow write
 is a replace carrying the resourceVersion it was computed from; on a conflict the object is
 read again and the decision made again, a bounded number of times.  Companion objects are
-created idempotently, so repeating a decision is harmless.
+created idempotently, so repeating a decision is harmless.  A decision never changes the
+workflow it is given: it builds the new one from copies of just the parts it changes (the
+store copies whatever it is handed), so deciding costs little when nothing is to be done.
+That is also why every read asks the store for ``shared`` objects (the stored ones, not
+copies): nothing here may change an object it has read.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 import heapq
 import itertools
+import json
 import logging
 import random
 import re
@@ -114,7 +118,10 @@ def resolve_delays(delays: Delays) -> dict[State, float]:
 
 
 class DwsSim:
-    """Plays DWS and NNF for every Workflow in ``store`` while started."""
+    """Plays DWS and NNF for every Workflow in ``store`` while started.
+
+    ``store``: a kubeapi Store, or anything with its methods (their ``shared`` keyword too).
+    """
 
     def __init__(
         self,
@@ -135,7 +142,7 @@ class DwsSim:
         self._rng = random.Random(seed)
         self._free_ports = sorted(set(ports))
         self._ports: dict[str, tuple[int, ...]] = {}
-        self._entered: dict[tuple[str, State], float] = {}
+        self._entered: dict[str, dict[State, float]] = {}  # uid -> state -> clock on entry
         self._parsed: dict[str, dict[int, Directive | DirectiveError]] = {}
         self._timers: list[_Due] = []
         self._seq = itertools.count()
@@ -191,10 +198,10 @@ class DwsSim:
         pause = RELIST_BACKOFF[0]
         while not self._stop.is_set():
             try:
-                items, version = self._store.list(WORKFLOWS)
+                items, version = self._store.list(WORKFLOWS, shared=True)
                 for item in items:
                     self._handle(item)
-                self._watch = self._store.watch(WORKFLOWS, resource_version=version)
+                self._watch = self._store.watch(WORKFLOWS, resource_version=version, shared=True)
                 if self._stop.is_set():
                     break
                 pause = RELIST_BACKOFF[0]
@@ -283,7 +290,7 @@ class DwsSim:
                 self._schedule(current, timers)
                 return True
             try:
-                written = self._store.replace(WORKFLOWS, namespace, name, new)
+                written = self._store.replace(WORKFLOWS, namespace, name, new, shared=True)
             except ApiError as exc:
                 if exc.code == 404:
                     return True
@@ -313,11 +320,11 @@ class DwsSim:
 
     def _reconcile(self, workflow: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
         """The DWS controller: finalizer, state entry, forceReady, roll-up."""
-        wf = copy.deepcopy(dict(workflow))
+        wf = dict(workflow)
         meta = wf["metadata"]
-        finalizers = meta.setdefault("finalizers", [])
+        finalizers = meta.get("finalizers", [])
         if FINALIZER not in finalizers:
-            finalizers.append(FINALIZER)
+            meta = wf["metadata"] = {**meta, "finalizers": [*finalizers, FINALIZER]}
         desired = (wf.get("spec") or {}).get("desiredState")
         try:
             state = State(desired)
@@ -330,14 +337,14 @@ class DwsSim:
         timers: list[Timer] = []
         if status.get("state") != state.value:
             wf = enter_state(wf, now)
-            self._entered[(uid, state)] = self._clock()
+            self._entered.setdefault(uid, {})[state] = self._clock()
             LOG.info("dwssim: workflow %s: entering %s", _who(wf), state.value)
             if state is State.PROPOSAL:
                 wf["status"]["computes"] = self._ensure_computes(wf)
             timers = self._start_drivers(wf, state)
-        elif (uid, state) not in self._entered and not status.get("ready"):
+        elif state not in self._entered.get(uid, ()) and not status.get("ready"):
             # First sight of a workflow already in this state (a restarted simulator).
-            self._entered[(uid, state)] = self._clock()
+            self._entered.setdefault(uid, {})[state] = self._clock()
             timers = self._start_drivers(wf, state)
         if wf["spec"].get("forceReady") and not wf["status"].get("ready"):
             LOG.info("dwssim: workflow %s: %s forced ready", _who(wf), state.value)
@@ -359,12 +366,13 @@ class DwsSim:
             return
 
         def decide(workflow: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
-            wf = copy.deepcopy(dict(workflow))
-            status = wf.get("status") or {}
+            status = workflow.get("status") or {}
             if status.get("state") != due.state.value or status.get("ready"):
                 return None, []
-            if wf["spec"].get("desiredState") != due.state.value:
+            if workflow["spec"].get("desiredState") != due.state.value:
                 return None, []  # a state change is on its way; _reconcile handles it
+            # The drivers change only status, in place: they get a copy of it (and only of it).
+            wf = {**workflow, "status": _json_copy(status)}
             timers = self._drive(wf, due.state)
             return roll_up(wf, _now()), timers
 
@@ -388,11 +396,9 @@ class DwsSim:
         self._release_ports(workflow["metadata"].get("uid", ""))
 
         def decide(current: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
-            wf = copy.deepcopy(dict(current))
-            wf["metadata"]["finalizers"] = [
-                f for f in wf["metadata"].get("finalizers") or [] if f != FINALIZER
-            ]
-            return wf, []
+            meta = current["metadata"]
+            kept = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+            return {**current, "metadata": {**meta, "finalizers": kept}}, []
 
         LOG.info("dwssim: workflow %s: deleted; companions removed", _who(workflow))
         self._write_workflow(workflow, decide)
@@ -408,7 +414,7 @@ class DwsSim:
                 targets.append((plural, name))
         for plural, name in targets:
             try:
-                self._store.delete(plural, namespace, name)
+                self._store.delete(plural, namespace, name, shared=True)
                 self._count(plural)
             except ApiError as exc:
                 if exc.code != 404:
@@ -425,8 +431,7 @@ class DwsSim:
         uid = (workflow.get("metadata") or {}).get("uid", "")
         self._release_ports(uid)
         self._parsed.pop(uid, None)
-        for key in [k for k in self._entered if k[0] == uid]:
-            del self._entered[key]
+        self._entered.pop(uid, None)
 
     # ------------------------------------------------------------------ drivers
 
@@ -665,7 +670,7 @@ class DwsSim:
         return Complete()
 
     def _elapsed(self, wf: Mapping[str, Any], state: State) -> float:
-        started = self._entered.get((wf["metadata"].get("uid", ""), state))
+        started = self._entered.get(wf["metadata"].get("uid", ""), {}).get(state)
         return 0.0 if started is None else self._clock() - started
 
     # ------------------------------------------------------------------ companions
@@ -709,7 +714,7 @@ class DwsSim:
 
     def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self._store.get(plural, namespace, name)
+            return self._store.get(plural, namespace, name, shared=True)
         except ApiError as exc:
             if exc.code == 404:
                 return None
@@ -719,12 +724,12 @@ class DwsSim:
         """Create ``obj`` unless it exists; give it ``obj``'s status if it has another."""
         meta = obj["metadata"]
         try:
-            current = self._store.create(plural, meta["namespace"], obj)
+            current = self._store.create(plural, meta["namespace"], obj, shared=True)
             self._count(plural)
         except ApiError as exc:
             if exc.code != 409:
                 raise
-            current = self._store.get(plural, meta["namespace"], meta["name"])
+            current = self._store.get(plural, meta["namespace"], meta["name"], shared=True)
         if "status" in obj and current.get("status") != obj["status"]:
             current = self._set_status(plural, current, obj["status"])
         return current
@@ -736,18 +741,25 @@ class DwsSim:
         meta = obj["metadata"]
         current = dict(obj)
         for _ in range(MAX_CONFLICT_RETRIES):
-            new = dict(copy.deepcopy(current), status=copy.deepcopy(dict(status)))
+            new = dict(current, status=dict(status))  # the store copies what it is given
             try:
-                written = self._store.replace(plural, meta["namespace"], meta["name"], new)
+                written = self._store.replace(
+                    plural, meta["namespace"], meta["name"], new, shared=True
+                )
                 self._count(plural)
                 return written
             except ApiError as exc:
                 if exc.code != 409:
                     raise
-                current = self._store.get(plural, meta["namespace"], meta["name"])
+                current = self._store.get(plural, meta["namespace"], meta["name"], shared=True)
         raise ApiError(
             409, "Conflict", f"{plural} {meta['namespace']}/{meta['name']} kept changing"
         )
+
+
+def _json_copy(data: Any) -> Any:
+    """A deep copy of plain JSON data (several times faster than copy.deepcopy)."""
+    return json.loads(json.dumps(data))
 
 
 def _now() -> datetime.datetime:

@@ -8,7 +8,6 @@ way DWS's ResourceError renders them, so the messages a WLM sees are the upstrea
 
 from __future__ import annotations
 
-import copy
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,8 +97,11 @@ def fatal(user_message: str = "", debug: str = "", kind: str = INTERNAL) -> Fail
 def apply_outcome(
     entry: Mapping[str, Any], outcome: Outcome, now: datetime.datetime
 ) -> dict[str, Any]:
-    """The driver entry after ``outcome`` (unchanged for Wait)."""
-    new = copy.deepcopy(dict(entry))
+    """The driver entry after ``outcome`` (unchanged for Wait), as a new dict.
+
+    Only the entry's own fields change, so a shallow copy is enough: its values are scalars.
+    """
+    new = dict(entry)
     if isinstance(outcome, Complete):
         new.update(
             status=Status.COMPLETED.value,

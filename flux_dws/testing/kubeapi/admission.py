@@ -37,6 +37,16 @@ REQUIRED_SPEC = (
     "userID",
     "wlmID",
 )
+#: spec field -> (the schema's type name, the Python type a JSON value of it has).
+SPEC_TYPES = {
+    "desiredState": ("string", str),
+    "wlmID": ("string", str),
+    "dwDirectives": ("array", list),
+    "userID": ("integer", int),
+    "groupID": ("integer", int),
+    "hurry": ("boolean", bool),
+    "forceReady": ("boolean", bool),
+}
 #: spec field -> the Go field name upstream's "field is immutable" message uses.
 IMMUTABLE_SPEC = (
     ("wlmID", "WLMID"),
@@ -129,16 +139,7 @@ def schema_errors(obj: dict) -> list[str]:
     for field in REQUIRED_SPEC:
         if spec.get(field) is None:
             causes.append(f"spec.{field}: Required value")
-    types = {
-        "desiredState": ("string", str),
-        "wlmID": ("string", str),
-        "dwDirectives": ("array", list),
-        "userID": ("integer", int),
-        "groupID": ("integer", int),
-        "hurry": ("boolean", bool),
-        "forceReady": ("boolean", bool),
-    }
-    for field, (expected, python_type) in types.items():
+    for field, (expected, python_type) in SPEC_TYPES.items():
         value = spec.get(field)
         if value is not None and not _is(value, python_type):
             causes.append(_type_error(f"spec.{field}", value, expected))
@@ -223,7 +224,10 @@ def _drivers_error(old_state: str, old_drivers: Any, drivers: Any) -> str | None
         previous = _dict(old_drivers[index]) if index < len(old_drivers) else None
         path = f"Status.Drivers[{index}]: Internal error: driver"
         if entry.get("watchState") != old_state:
-            if previous is None or _set_fields(previous) != _set_fields(entry):
+            # An entry equal to the old one is unchanged: no need to compare set fields.
+            if previous is None or (
+                previous != entry and _set_fields(previous) != _set_fields(entry)
+            ):
                 return f"{path} entry for non-current state cannot be changed"
             continue
         if entry.get("completed"):

@@ -166,7 +166,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.api._connections.discard(self.connection)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
-        log.debug("%s %s", self.address_string(), format % args)
+        if log.isEnabledFor(logging.DEBUG):  # called for every request: format only if shown
+            log.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib naming)
         self._handle("GET")
@@ -226,6 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
 
     def _serve(self, verb: str, target: ResourcePath, query: dict[str, str], body: Any) -> None:
+        """Answer from the stored objects themselves (shared=True): they are only encoded."""
         store = self.server.api.store
         plural, namespace, name = target.resource.plural, target.namespace, target.name
         if verb == "watch":
@@ -233,7 +235,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if verb == "list":
             items, rv = store.list(
-                plural, namespace, query.get("labelSelector"), query.get("fieldSelector")
+                plural,
+                namespace,
+                query.get("labelSelector"),
+                query.get("fieldSelector"),
+                shared=True,
             )
             items = [self._versioned(target, obj) for obj in items]
             if wants_table(self.headers.get("Accept", "")):
@@ -247,26 +253,26 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         if verb == "get":
-            obj = self._versioned(target, store.get(plural, namespace, name or ""))
+            obj = self._versioned(target, store.get(plural, namespace, name or "", shared=True))
             if wants_table(self.headers.get("Accept", "")):
                 rv = obj["metadata"]["resourceVersion"]
                 self._send_json(200, self._table(target, [obj], rv, query))
             else:
                 self._send_json(200, obj)
         elif verb == "create":
-            created = store.create(plural, namespace, _object_body(body))
+            created = store.create(plural, namespace, _object_body(body), shared=True)
             self._send_json(201, self._versioned(target, created))
         elif verb == "update":
-            replaced = store.replace(plural, namespace, name or "", _object_body(body))
+            replaced = store.replace(plural, namespace, name or "", _object_body(body), shared=True)
             self._send_json(200, self._versioned(target, replaced))
         elif verb == "patch":
             patch = self._patch_body(target, body)
-            self._send_json(
-                200, self._versioned(target, store.patch(plural, namespace, name or "", patch))
-            )
+            patched = store.patch(plural, namespace, name or "", patch, shared=True)
+            self._send_json(200, self._versioned(target, patched))
         elif verb == "delete":
             options = body if isinstance(body, dict) else {}
-            gone = store.delete(plural, namespace, name or "", options.get("preconditions"))
+            preconditions = options.get("preconditions")
+            gone = store.delete(plural, namespace, name or "", preconditions, shared=True)
             meta = gone["metadata"]
             if meta.get("finalizers"):
                 self._send_json(200, self._versioned(target, gone))
@@ -315,13 +321,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stream = _Stream(watch)
         api._open_stream(stream)
+        api_version = target.resource.api_version(target.version)
         try:
             deadline = time.monotonic() + timeout
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                event = watch.next(min(remaining, IDLE_PROBE))
+                event = watch.next_text(min(remaining, IDLE_PROBE), api_version)
                 if event is None:
                     if stream.cut == "abrupt":
                         self._abort()
@@ -329,11 +336,17 @@ class _Handler(BaseHTTPRequestHandler):
                     if watch.closed or self._client_gone():
                         break
                     continue
-                kind, obj = event
-                obj["apiVersion"] = target.resource.api_version(target.version)
+                kind, text = event
                 if as_table and kind != "BOOKMARK":
-                    obj = self._table(target, [obj], obj["metadata"]["resourceVersion"], query)
-                self._write_event(kind, obj)
+                    obj = json.loads(text)
+                    rv = obj["metadata"]["resourceVersion"]
+                    self._write_event(kind, self._table(target, [obj], rv, query))
+                else:
+                    # The object's text as the store encoded it once for every watch: the
+                    # same bytes json.dumps({"type": kind, "object": obj}) would give.
+                    self._write_chunk(
+                        b'{"type": "%s", "object": %s}\n' % (kind.encode(), text.encode())
+                    )
             self._write_chunk(b"")
         except OSError:
             self.close_connection = True
@@ -347,8 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
     # ---- helpers -------------------------------------------------------------------------
 
     def _versioned(self, target: ResourcePath, obj: dict) -> dict:
-        obj["apiVersion"] = target.resource.api_version(target.version)
-        return obj
+        """``obj`` (a stored object: never changed) as the requested version shows it."""
+        return {**obj, "apiVersion": target.resource.api_version(target.version)}
 
     def _table(self, target: ResourcePath, items: list[dict], rv: str, query: dict) -> dict:
         now = datetime.now(timezone.utc)

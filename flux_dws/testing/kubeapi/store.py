@@ -2,10 +2,14 @@
 
 One lock guards everything; every mutation takes the next integer resourceVersion and appends
 one event to a bounded history, from which watches replay.  Objects are copied on the way in
-and out, so callers never share mutable state with the store.  Semantics follow the API server
-where tests can observe them: 404/409/410/422 Status errors, optimistic concurrency, finalizers
-with deletionTimestamp, no-op updates that keep the resourceVersion, and label-filtered watches
-that turn an object leaving the selector into DELETED.
+and out, so callers never share mutable state with the store.  A committed object is an
+immutable snapshot, encoded once at commit: every copy handed out and every watch event is
+made from that one JSON text, however many readers there are.  A reader that only reads
+(the simulator, the server answering a request) may ask for ``shared=True``: the stored
+object itself, which it must never change, and no copy at all.  Semantics follow the API
+server where tests can observe them: 404/409/410/422 Status errors, optimistic concurrency,
+finalizers with deletionTimestamp, no-op updates that keep the resourceVersion, and
+label-filtered watches that turn an object leaving the selector into DELETED.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from .selectors import fields_match, matches, parse_field_selector, parse_label_
 __all__ = ["ApiError", "Hook", "Store", "Watch"]
 
 #: hook(operation "CREATE"|"UPDATE", old object or None, new object) -> mutated object or None.
+#: ``old`` is the stored object itself: read it, never change it.  ``new`` belongs to the store
+#: and may be changed in place (with plain JSON data) or replaced by the returned object.
 Hook = Callable[[str, Optional[dict], dict], Optional[dict]]
 
 DEFAULT_HISTORY = 1000
@@ -51,19 +57,41 @@ _SYSTEM_METADATA = (
 
 
 @dataclass(frozen=True)
+class _Snapshot:
+    """A committed object and its JSON text: made once per commit, shared by every reader."""
+
+    obj: dict  # never mutated after commit
+    text: str  # json.dumps(obj)
+
+    @classmethod
+    def of(cls, obj: dict) -> _Snapshot:
+        return cls(obj, _dumps(obj))
+
+    def copy(self) -> dict:
+        """A private copy for a caller (one decoding; the text is never re-encoded)."""
+        return json.loads(self.text)
+
+    def out(self, shared: bool) -> dict:
+        """What a caller gets: a private copy, or with ``shared`` the object itself (read-only)."""
+        return self.obj if shared else json.loads(self.text)
+
+
+@dataclass(frozen=True)
 class _Event:
     rv: int
     plural: str
     type: str  # ADDED | MODIFIED | DELETED
-    obj: dict  # the committed object; never mutated after commit
-    prev: dict | None
+    snap: _Snapshot  # the object as committed
+    prev: _Snapshot | None
 
 
 class Watch:
     """A stream of events for one resource, filtered by namespace and selectors.
 
     ``next`` returns ('ADDED'|'MODIFIED'|'DELETED'|'BOOKMARK', object) or None on timeout or once
-    closed.  With a bookmark interval, a quiet stream yields a BOOKMARK carrying only
+    closed (with ``shared``, the object is the stored one: read it, never change it);
+    ``next_text`` the same with the object as JSON text, for a server that only sends it on.
+    With a bookmark interval, a quiet stream yields a BOOKMARK carrying only
     metadata.resourceVersion: every matching event up to that version has been delivered.
     """
 
@@ -76,13 +104,15 @@ class Watch:
         start_rv: int,
         bookmark_interval: float | None,
         on_close: Callable[[Watch], None],
+        shared: bool = False,
     ) -> None:
         self.resource = resource
+        self._shared = shared
         self._namespace = namespace if resource.namespaced else None
         self._labels = parse_label_selector(label_selector)
         self._fields = parse_field_selector(field_selector)
         self._cond = threading.Condition()
-        self._queue: deque[tuple[str, str]] = deque()
+        self._queue: deque[tuple[str, _Snapshot]] = deque()  # shared with the store
         self._seen_rv = start_rv
         self._bookmark_interval = bookmark_interval
         self._last_emit = time.monotonic()
@@ -94,13 +124,34 @@ class Watch:
         return self._closed
 
     def next(self, timeout: float) -> tuple[str, dict] | None:
+        found = self._next(timeout)
+        if found is None:
+            return None
+        kind, event = found
+        return kind, event.out(self._shared) if isinstance(event, _Snapshot) else event
+
+    def next_text(self, timeout: float, api_version: str | None = None) -> tuple[str, str] | None:
+        """``next`` with the object as JSON text; with ``api_version``, the object says that
+        apiVersion (as a server answering a request for that version must)."""
+        found = self._next(timeout)
+        if found is None:
+            return None
+        kind, event = found
+        if isinstance(event, _Snapshot):
+            return kind, _with_api_version(event.text, event.obj.get("apiVersion"), api_version)
+        if api_version is not None:
+            event["apiVersion"] = api_version
+        return kind, json.dumps(event)
+
+    def _next(self, timeout: float) -> tuple[str, _Snapshot | dict] | None:
+        """The next queued event, or a BOOKMARK (a new object) when one is due."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
             while True:
                 if self._queue:
-                    kind, text = self._queue.popleft()
+                    found = self._queue.popleft()
                     self._last_emit = time.monotonic()
-                    return kind, json.loads(text)
+                    return found
                 if self._closed:
                     return None
                 now = time.monotonic()
@@ -160,24 +211,25 @@ class Watch:
                 self._queue.append(delivered)
                 self._cond.notify_all()
 
-    def _push_added(self, obj: dict) -> None:
+    def _push_added(self, snap: _Snapshot) -> None:
         with self._cond:
-            self._queue.append(("ADDED", json.dumps(obj)))
+            self._queue.append(("ADDED", snap))
 
-    def _translate(self, event: _Event) -> tuple[str, str] | None:
-        now_in = event.type != "DELETED" and self._wants(event.obj)
-        was_in = event.type != "ADDED" and self._wants(
-            event.prev if event.type == "MODIFIED" else event.obj
-        )
+    def _translate(self, event: _Event) -> tuple[str, _Snapshot] | None:
+        obj = event.snap.obj
+        prev = event.prev.obj if event.prev is not None else None
+        now_in = event.type != "DELETED" and self._wants(obj)
+        was_in = event.type != "ADDED" and self._wants(prev if event.type == "MODIFIED" else obj)
         if event.type == "MODIFIED" and was_in and not now_in:
             # Left the selector: DELETED with the old content at the new version, as k8s does.
-            gone = json.loads(json.dumps(event.prev))
+            assert event.prev is not None
+            gone = event.prev.copy()
             gone["metadata"]["resourceVersion"] = str(event.rv)
-            return "DELETED", json.dumps(gone)
+            return "DELETED", _Snapshot.of(gone)
         if now_in:
-            return ("ADDED" if not was_in else "MODIFIED"), json.dumps(event.obj)
+            return ("ADDED" if not was_in else "MODIFIED"), event.snap
         if event.type == "DELETED" and was_in:
-            return "DELETED", json.dumps(event.obj)
+            return "DELETED", event.snap
         return None
 
 
@@ -195,7 +247,7 @@ class Store:
         namespaces: tuple[str, ...] = ("default",),
     ) -> None:
         self._lock = threading.RLock()
-        self._objects: dict[str, dict[tuple[str, str], dict]] = {}
+        self._objects: dict[str, dict[tuple[str, str], _Snapshot]] = {}
         self._rv = 0
         self._history: deque[_Event] = deque()
         self._history_limit = max(0, history_limit)
@@ -216,10 +268,11 @@ class Store:
         with self._lock:
             return str(self._rv)
 
-    def get(self, plural: str, namespace: str | None, name: str) -> dict:
+    def get(self, plural: str, namespace: str | None, name: str, *, shared: bool = False) -> dict:
+        """A copy of the object; with ``shared``, the stored object (read-only: see the top)."""
         resource = by_plural(plural)
         with self._lock:
-            return _copy(self._existing(resource, namespace, name))
+            return self._existing(resource, namespace, name).out(shared)
 
     def list(
         self,
@@ -227,24 +280,18 @@ class Store:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        shared: bool = False,
     ) -> tuple[list[dict], str]:
-        resource = by_plural(plural)
-        labels = parse_label_selector(label_selector)
-        fields = parse_field_selector(field_selector)
         with self._lock:
-            table = self._objects.get(plural, {})
-            items = [
-                _copy(table[key])
-                for key in sorted(table)
-                if (namespace is None or not resource.namespaced or key[0] == namespace)
-                and matches(labels, table[key]["metadata"].get("labels"))
-                and fields_match(fields, table[key])
-            ]
-            return items, str(self._rv)
+            found = self._matching(plural, namespace, label_selector, field_selector)
+            return [snap.out(shared) for snap in found], str(self._rv)
 
     # ---- writes --------------------------------------------------------------------------
 
-    def create(self, plural: str, namespace: str | None, obj: dict) -> dict:
+    def create(
+        self, plural: str, namespace: str | None, obj: dict, *, shared: bool = False
+    ) -> dict:
         resource = by_plural(plural)
         new = _copy(obj)
         if not isinstance(new, dict):
@@ -279,9 +326,11 @@ class Store:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1, name=key[1])
             if resource.namespaced:
                 meta["namespace"] = namespace
-            return _copy(self._commit(resource, key, "ADDED", new, None))
+            return self._commit(resource, key, "ADDED", new, None).out(shared)
 
-    def replace(self, plural: str, namespace: str | None, name: str, obj: dict) -> dict:
+    def replace(
+        self, plural: str, namespace: str | None, name: str, obj: dict, *, shared: bool = False
+    ) -> dict:
         """PUT: 409 Conflict when obj's metadata.resourceVersion is set and stale."""
         resource = by_plural(plural)
         new = _copy(obj)
@@ -291,11 +340,13 @@ class Store:
         with self._lock:
             old = self._existing(resource, namespace, name)
             wanted = new.get("metadata", {}).get("resourceVersion")
-            if wanted and wanted != old["metadata"]["resourceVersion"]:
+            if wanted and wanted != old.obj["metadata"]["resourceVersion"]:
                 raise errors.conflict(resource.qualified, name)
-            return _copy(self._update(resource, old, new))
+            return self._update(resource, old, new).out(shared)
 
-    def patch(self, plural: str, namespace: str | None, name: str, patch: Any) -> dict:
+    def patch(
+        self, plural: str, namespace: str | None, name: str, patch: Any, *, shared: bool = False
+    ) -> dict:
         """RFC 7386 merge patch (a dict) or RFC 6902 JSON patch (a list of operations).
 
         A metadata.resourceVersion in the result is a precondition, as in Kubernetes.
@@ -307,18 +358,18 @@ class Store:
         with self._lock:
             old = self._existing(resource, namespace, name)
             if isinstance(patch, list):
-                new = json_patch(old, patch)
+                new = json_patch(old.obj, patch)  # works on a copy of its own
             elif isinstance(patch, dict):
-                new = merge_patch(_copy(old), patch)  # never share parts of the stored object
+                new = merge_patch(old.copy(), patch)  # never share parts of the stored object
             else:
                 raise errors.bad_request("the patch must be a JSON object or a JSON patch list")
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise errors.bad_request("the patched object must keep its metadata")
             wanted = new["metadata"].get("resourceVersion")
-            if wanted and wanted != old["metadata"]["resourceVersion"]:
+            if wanted and wanted != old.obj["metadata"]["resourceVersion"]:
                 raise errors.conflict(resource.qualified, name)
             _check_type(resource, new)
-            return _copy(self._update(resource, old, new))
+            return self._update(resource, old, new).out(shared)
 
     def delete(
         self,
@@ -326,6 +377,8 @@ class Store:
         namespace: str | None,
         name: str,
         preconditions: dict | None = None,
+        *,
+        shared: bool = False,
     ) -> dict:
         """Delete now, or with finalizers set deletionTimestamp and keep the object.
 
@@ -334,17 +387,18 @@ class Store:
         resource = by_plural(plural)
         with self._lock:
             old = self._existing(resource, namespace, name)
-            _check_preconditions(resource, old, preconditions or {})
-            key = _key(resource, old)
-            if old["metadata"].get("finalizers"):
-                if old["metadata"].get("deletionTimestamp"):
-                    return _copy(old)
-                new = _copy(old)
+            old_meta = old.obj["metadata"]
+            _check_preconditions(resource, old.obj, preconditions or {})
+            key = _key(resource, old.obj)
+            if old_meta.get("finalizers"):
+                if old_meta.get("deletionTimestamp"):
+                    return old.out(shared)
+                new = old.copy()
                 new["metadata"]["deletionTimestamp"] = _now()
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
-                new["metadata"]["generation"] = old["metadata"].get("generation", 0) + 1
-                return _copy(self._commit(resource, key, "MODIFIED", new, old))
-            return _copy(self._commit(resource, key, "DELETED", _copy(old), old))
+                new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
+                return self._commit(resource, key, "MODIFIED", new, old).out(shared)
+            return self._commit(resource, key, "DELETED", old.copy(), old).out(shared)
 
     # ---- watches -------------------------------------------------------------------------
 
@@ -356,8 +410,10 @@ class Store:
         resource_version: str | None = None,
         field_selector: str | None = None,
         bookmark_interval: float | None = None,
+        *,
+        shared: bool = False,
     ) -> Watch:
-        """Events after ``resource_version``.
+        """Events after ``resource_version`` (with ``shared``, of stored objects: read-only).
 
         None or "" starts from now; "0" first sends a synthetic ADDED for every matching object
         (as Kubernetes does); a version older than the retained history raises 410 Expired.
@@ -379,10 +435,11 @@ class Store:
                 start,
                 bookmark_interval,
                 self._unregister,
+                shared,
             )
             if resource_version == "0":
-                for obj in self.list(plural, namespace, label_selector, field_selector)[0]:
-                    watch._push_added(obj)
+                for snap in self._matching(plural, namespace, label_selector, field_selector):
+                    watch._push_added(snap)
             elif replay_from is not None:
                 for event in self._history:
                     if event.rv > replay_from:
@@ -419,7 +476,7 @@ class Store:
     def dump(self) -> dict:
         """Every object and the current resourceVersion, as JSON-ready data."""
         with self._lock:
-            objects = [_copy(o) for table in self._objects.values() for o in table.values()]
+            objects = [s.copy() for table in self._objects.values() for s in table.values()]
             return {"resourceVersion": self._rv, "objects": objects}
 
     def load(self, state: dict) -> None:
@@ -428,20 +485,43 @@ class Store:
             self._objects = {}
             for obj in state.get("objects", []):
                 resource = _resource_of(obj)
-                self._objects.setdefault(resource.plural, {})[_key(resource, obj)] = _copy(obj)
+                text = _dumps(obj)
+                snap = _Snapshot(json.loads(text), text)
+                self._objects.setdefault(resource.plural, {})[_key(resource, obj)] = snap
             self._rv = int(state.get("resourceVersion", 0))
             self.compact()
 
     # ---- internals -----------------------------------------------------------------------
 
-    def _existing(self, resource: Resource, namespace: str | None, name: str) -> dict:
+    def _existing(self, resource: Resource, namespace: str | None, name: str) -> _Snapshot:
         key = (namespace or "" if resource.namespaced else "", name)
         found = self._objects.get(resource.plural, {}).get(key)
         if found is None:
             raise errors.not_found(resource.qualified, name)
         return found
 
-    def _update(self, resource: Resource, old: dict, new: dict) -> dict:
+    def _matching(
+        self,
+        plural: str,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+    ) -> list[_Snapshot]:
+        """The snapshots of ``plural`` a list or watch selects, in key order (under the lock)."""
+        resource = by_plural(plural)
+        labels = parse_label_selector(label_selector)
+        fields = parse_field_selector(field_selector)
+        table = self._objects.get(plural, {})
+        return [
+            table[key]
+            for key in sorted(table)
+            if (namespace is None or not resource.namespaced or key[0] == namespace)
+            and matches(labels, table[key].obj["metadata"].get("labels"))
+            and fields_match(fields, table[key].obj)
+        ]
+
+    def _update(self, resource: Resource, old_snap: _Snapshot, new: dict) -> _Snapshot:
+        old = old_snap.obj
         old_meta, meta = old["metadata"], new.setdefault("metadata", {})
         for field, label in (("name", "name"), ("namespace", "namespace")):
             if meta.get(field) and meta[field] != old_meta.get(field):
@@ -470,26 +550,27 @@ class Store:
         new = self._admit(resource, "UPDATE", old, new)
         key = _key(resource, old)
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            return self._commit(resource, key, "DELETED", new, old)
+            return self._commit(resource, key, "DELETED", new, old_snap)
         if _without_version(new) == _without_version(old):
-            return old
+            return old_snap
         if _content(new) != _content(old):
             new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
-        return self._commit(resource, key, "MODIFIED", new, old)
+        return self._commit(resource, key, "MODIFIED", new, old_snap)
 
     def _admit(self, resource: Resource, operation: str, old: dict | None, new: dict) -> dict:
+        """Run the hooks on ``new`` (the store's own copy); what they return becomes ours too."""
         for hook in self._hooks.get(resource.plural, ()):
             try:
-                result = hook(operation, _copy(old) if old is not None else None, new)
+                result = hook(operation, old, new)
             except ApiError:
                 raise
             except Exception as exc:  # a crashing webhook is a 500, as with a real one
                 raise ApiError(
                     500, "InternalError", f"Internal error occurred: admission hook failed: {exc}"
                 ) from exc
-            if result is not None:
-                new = result
-        return _copy(new)
+            if result is not None and result is not new:
+                new = _copy(result)
+        return new
 
     def _commit(
         self,
@@ -497,21 +578,24 @@ class Store:
         key: tuple[str, str],
         event_type: str,
         new: dict,
-        prev: dict | None,
-    ) -> dict:
-        self._rv += 1
-        new["metadata"]["resourceVersion"] = str(self._rv)
+        prev: _Snapshot | None,
+    ) -> _Snapshot:
+        """Store ``new`` (ours from now on) at the next resourceVersion; tell every watch."""
+        rv = self._rv + 1
+        new["metadata"]["resourceVersion"] = str(rv)
+        snap = _Snapshot.of(new)  # a 400 for data that is not JSON, before anything changed
+        self._rv = rv
         table = self._objects.setdefault(resource.plural, {})
         if event_type == "DELETED":
             table.pop(key, None)
         else:
-            table[key] = new
-        event = _Event(self._rv, resource.plural, event_type, new, prev)
+            table[key] = snap
+        event = _Event(rv, resource.plural, event_type, snap, prev)
         self._history.append(event)
         self._trim()
         for watch in list(self._watchers):
-            watch._offer(event, self._rv)
-        return new
+            watch._offer(event, rv)
+        return snap
 
     def _trim(self) -> None:
         while len(self._history) > self._history_limit:
@@ -523,10 +607,23 @@ class Store:
 
 
 def _copy(obj: Any) -> Any:
+    return json.loads(_dumps(obj))
+
+
+def _dumps(obj: Any) -> str:
     try:
-        return json.loads(json.dumps(obj))
+        return json.dumps(obj)
     except (TypeError, ValueError) as exc:
         raise errors.bad_request(f"object is not plain JSON data: {exc}") from None
+
+
+def _with_api_version(text: str, stored: Any, wanted: str | None) -> str:
+    """``text`` (an object whose apiVersion is ``stored``) saying apiVersion ``wanted``."""
+    if wanted is None or stored == wanted:
+        return text
+    obj = json.loads(text)
+    obj["apiVersion"] = wanted
+    return json.dumps(obj)
 
 
 def _now() -> str:
