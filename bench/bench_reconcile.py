@@ -221,7 +221,9 @@ def measure(
     prolog = int(jobs * prolog_share)
     cancels = min(cancels, jobs)
     started = time.monotonic()
-    with Stack(hosts=max(prolog, 1), time_scale=0.001, api_process=True) as stack:
+    # Every workflow in flight at once, the jobs in DEPEND ones included: no Proposal window.
+    config = {"max-proposals": 0}
+    with Stack(config, hosts=max(prolog, 1), time_scale=0.001, api_process=True) as stack:
         assert stack.flux is not None
         ids = set_up(stack, jobs, prolog, timeout)
         setup = time.monotonic() - started

@@ -126,7 +126,7 @@ class FakeFluxServer:
                     cancels[ident] = conn.stream(method, payload, answer(ident))
                 else:
                     conn.rpc(method, payload, answer(ident))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("fakeflux socket: dropping a client: %s", exc)
         finally:
             conn.close()  # as a broker does when a client disconnects
@@ -224,7 +224,7 @@ class SocketTransport:
                 if entry is not None:
                     payload = message.get("payload")
                     self.loop.call_soon(self._deliver, ident, entry[0], payload, error)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # gone, or not our protocol
             log.debug("fakeflux transport: connection ended: %s", exc)
         with self._lock:
             lost = list(self._pending.items())
