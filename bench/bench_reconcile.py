@@ -29,7 +29,6 @@ import argparse
 import gc
 import logging
 import os
-import resource
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from flux_dws.testing.fakeflux.remote import rss_mib  # noqa: E402
 from flux_dws.testing.stack import Stack  # noqa: E402
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -46,13 +46,6 @@ IN_DEPEND = (JOBDW, "#DW Proposal action=wait")
 IN_PROLOG = (JOBDW, "#DW PreRun action=wait")
 QUICK = 0.002  # seconds between the stopwatch's readings
 FULL = 0.1  # seconds between censuses: each walks every tracked job on the service's loop
-
-
-def rss_mib() -> float:
-    """Current resident set size (Linux /proc), MiB."""
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[1])
-    return pages * resource.getpagesize() / 2**20
 
 
 @dataclass(frozen=True)
