@@ -580,20 +580,19 @@ class Service:
         """
 
         def adopt(obj: Any) -> str | None:
+            if not isinstance(obj, dict):
+                return None
             known = tracked.workflow
-            if isinstance(obj, dict) and (
-                known is None or _raw_rv(obj) > _rv(known)  # not older than what we know
-            ):
-                try:
-                    newer = view_workflow(obj)
-                except ValueError:
-                    return None
-                known = tracked.workflow
-                if (known is None and created) or (
-                    known is not None and known.uid == newer.uid and _rv(newer) > _rv(known)
-                ):
-                    tracked.workflow, tracked.raw = newer, obj
-                    tracked.dirty = True
+            if known is None and not created:
+                return None
+            uid = (obj.get("metadata") or {}).get("uid") or ""
+            if known is not None and (known.uid != uid or _raw_rv(obj) <= _rv(known)):
+                return None  # another workflow, or not newer than what we know
+            try:
+                tracked.workflow, tracked.raw = view_workflow(obj), obj
+            except ValueError:
+                return None
+            tracked.dirty = True
             return None
 
         return adopt

@@ -36,12 +36,10 @@ class KubeWorker:
     """
 
     def __init__(
-        self, threads: int = 16, *, reserved: int | None = None, deliver: Deliver | None = None
+        self, threads: int = 16, *, reserved: int = 0, deliver: Deliver | None = None
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
-        if reserved is None:
-            reserved = threads // 4
         if not 0 <= reserved < threads:
             raise ValueError(
                 f"reserved must be from 0 to threads - 1 ({threads - 1}), not {reserved}"
