@@ -413,7 +413,11 @@ static const char *job_phase (struct dwsjob *st)
         return "gone";
     if (st->prologs > 0)
         return "prolog";
-    if (st->state == FLUX_JOB_STATE_CLEANUP)
+    /* Not at CLEANUP itself: a job that ran reaches CLEANUP at "finish", but its epilog
+     * starts only at "release" (the shells gone), and the epilog cannot be finished
+     * before it has started.
+     */
+    if (st->state == FLUX_JOB_STATE_CLEANUP && (st->epilog_started || st->epilog_requested))
         return "epilog";
     if (st->started)
         return "run";

@@ -234,6 +234,34 @@ def test_dw_job_lifecycle_over_the_protocol(ff: FakeFlux, service: Client) -> No
     assert service.call("list", {}) == {"jobs": []}
 
 
+def test_a_finished_job_enters_the_epilog_phase_at_its_release(
+    ff: FakeFlux, service: Client, clock: FakeClock
+) -> None:
+    """Between "finish" and "release" the epilog has not started: the record still says run,
+    so no service finishes an epilog that then starts and holds the job for ever."""
+    ff.release_delay = 5.0
+    watch = service.watch()
+    watch.snapshot()
+    jobid = run_to_prolog(service, ff, runtime=None)
+    service.call("prolog-finish", {"id": jobid, "success": True})
+    ff.finish(jobid)
+    watch.drain(ff)
+    assert ff.info(jobid).state == "CLEANUP" and ff.info(jobid).holds == set()
+    assert watch.latest[jobid]["phase"] == "run"
+    assert service.fails("epilog-finish", {"id": jobid}).errnum == errno.EINVAL
+
+    clock.now += 5
+    ff.loop.run_sync(lambda: None)
+    watch.until(jobid, "epilog")
+    assert ff.info(jobid).holds == {"epilog:dws"}
+    service.call("epilog-finish", {"id": jobid})
+    info = ff.wait(jobid, timeout=TIMEOUT)
+    assert info.result == "COMPLETED"
+    assert info.event_names()[-6:] == [
+        "finish", "release", "epilog-start", "epilog-finish", "free", "clean",
+    ]  # fmt: skip
+
+
 def test_snapshot_and_list_describe_every_held_job(ff: FakeFlux, service: Client) -> None:
     plain = ff.submit({})
     ff.wait(plain, timeout=TIMEOUT)

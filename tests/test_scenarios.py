@@ -235,6 +235,40 @@ def test_job_cancelled_while_waiting_for_resources_never_starts(stack):
     assert_clean(stack, stack.wait(blocker))
 
 
+@pytest.fixture
+def slow_release(stack):
+    """The exec system releases a finished job 0.5 s after its "finish" (fakeflux only).
+
+    Flux releases only once the job shells exited and the job's namespace is copied back; on
+    a busy system that gap outlasts a quick Teardown.
+    """
+    if stack.backend == "flux":
+        pytest.skip("a real Flux instance times its own release")
+    stack.flux.release_delay = 0.5
+    yield stack
+    stack.flux.release_delay = 0.0
+
+
+def test_cancelled_job_torn_down_before_its_release_still_ends(slow_release):
+    stack = slow_release
+    jobid = stack.submit(JOBDW, runtime=None)
+    stack.wait_event(jobid, "start")
+    stack.cancel(jobid)
+    info = stack.wait(jobid)
+    assert info.result == "CANCELED"
+    assert names(info).index("release") < names(info).index("epilog-start")
+    assert_clean(stack, info)
+
+
+def test_postrun_waits_for_the_release_of_a_finished_job(slow_release):
+    stack = slow_release
+    info = stack.wait(stack.submit(JOBDW, runtime=0.05))
+    assert info.result == "COMPLETED"
+    (postrun,) = [e for e in info.events("dws-state") if e["context"]["state"] == "PostRun"]
+    assert names(info).index("release") < info.eventlog.index(postrun)
+    assert_clean(stack, info)
+
+
 def test_workflow_deleted_behind_our_back_fails_the_job_and_releases_it(stack):
     jobid = stack.submit([JOBDW, "#DW PreRun action=wait"])
     stack.wait_workflow(jobid, State.PRERUN)

@@ -72,6 +72,7 @@ class FakeFlux:
         service_wait: float = math.inf,
         validator: Validator | None = None,
         clock: Callable[[], float] = time.time,
+        release_delay: float = 0.0,
     ) -> None:
         if not hosts or len(set(hosts)) != len(hosts):
             raise ValueError(f"hosts must be distinct names, at least one: {list(hosts)}")
@@ -80,6 +81,11 @@ class FakeFlux:
         self.hosts: tuple[str, ...] = tuple(hosts)
         self.owner_uid: int = os.getuid() if owner_uid is None else owner_uid
         self.service_wait = float(service_wait)
+        if not release_delay >= 0:
+            raise ValueError(f"release_delay must be >= 0 seconds, not {release_delay}")
+        #: Seconds from a job's "finish" to its "release": flux-core's exec system releases
+        #: only after the job shells exit and the job's KVS namespace is copied back.
+        self.release_delay = float(release_delay)
         self.validator = validator
         self.loop = Loop(clock, name="fakeflux")
         self._jobs: dict[int, Job] = {}
@@ -395,6 +401,12 @@ class FakeFlux:
         for timer in job.timers:
             timer.cancel()
         self._post(job, "finish", {"status": status})
+        if self.release_delay > 0:
+            self.loop.call_later(self.release_delay, self._release, job)
+        else:
+            self._release(job)
+
+    def _release(self, job: Job) -> None:
         self._post(job, "release", {"ranks": "all", "final": True})
 
     # ------------------------------------------------------------------ owner requests

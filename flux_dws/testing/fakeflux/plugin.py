@@ -74,14 +74,22 @@ class Watcher:
     sent: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
+def epilog_started(job: Job) -> bool:
+    """The plugin's epilog action was ever started on the job."""
+    return any(
+        e["name"] == "epilog-start" and e["context"].get("description") == NAME
+        for e in job.eventlog
+    )
+
+
 def job_phase(job: Job) -> str:
     """Where the plugin holds the job (doc/protocol.rst, Phases)."""
     if job.state == "INACTIVE":
         return "gone"
     if job.prologs:
         return "prolog"
-    if job.state == "CLEANUP":
-        return "epilog"
+    if job.state == "CLEANUP" and epilog_started(job):
+        return "epilog"  # not at "finish": the epilog starts at "release"
     if job.started:
         return "run"
     if job.state == "RUN":
@@ -189,11 +197,7 @@ class DwsPlugin:
             timer.cancel()
 
     def _start_epilog(self, job: Job) -> None:
-        started = any(
-            e["name"] == "epilog-start" and e["context"].get("description") == NAME
-            for e in job.eventlog
-        )
-        if not started:
+        if not epilog_started(job):
             self.jm.epilog_start(job, NAME)
 
     def _service_connected(self) -> bool:
