@@ -117,8 +117,17 @@ class CreateWorkflow:
 
 @dataclass(frozen=True)
 class SetDesiredState:
+    """Ask DWS for ``state``; for Setup, first tell DWS where the job runs (``assign``).
+
+    ``assign`` holds the job's compute nodes: they go into the workflow's Computes and each
+    rabbit's share of the storage into the Servers resources, then the state is asked for,
+    in one go.  Computes is only read from DataIn on; writing it with the Servers (as
+    flux-coral2 does) makes Setup -> DataIn a single patch.
+    """
+
     state: State
     hurry: bool = False
+    assign: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,18 +140,6 @@ class ReleaseDependency:
     """Put the storage needs into the jobspec and remove the job's dependency."""
 
     jobspec_update: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class PatchServers:
-    """Write each Servers resource's allocation sets for the job's compute nodes."""
-
-    hosts: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class PatchComputes:
-    hosts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -191,8 +188,6 @@ Action = Union[
     SetDesiredState,
     ReadProposal,
     ReleaseDependency,
-    PatchServers,
-    PatchComputes,
     FinishProlog,
     FinishEpilog,
     RaiseException,
@@ -302,17 +297,24 @@ def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> lis
 
 
 def _enter(
-    job: JobView, state: State, policy: Policy, now: float, hurry: bool = False
+    job: JobView,
+    state: State,
+    policy: Policy,
+    now: float,
+    hurry: bool = False,
+    assign: tuple[str, ...] = (),
 ) -> list[Action]:
-    """Record on the job that we ask for ``state`` (with its deadline), then ask for it.
+    """Ask for ``state``, then record on the job that we did (with its deadline).
 
-    The patch goes last so the job's eventlog stays off the critical path: DWS can only
-    report the state ready after the patch, and by then this job has nothing left to do.
+    The patch goes first so the job's eventlog stays off the critical path: the patch only
+    needs handing to a worker, and the event follows in the same turn of the loop, so the
+    next decision (once DWS reports the state ready) already sees it.  A restart between the
+    two records the state from the workflow's own desiredStateChange (``_record``).
     Asking again while an earlier request is still on its way is harmless (DWS admits staying
     in a state); recording it again would not be, so a state already recorded is not.
     """
-    ask = SetDesiredState(state, hurry=hurry)
-    return [ask] if job.posted_state is state else [_state_event(job, state, policy, now), ask]
+    ask = SetDesiredState(state, hurry=hurry, assign=assign)
+    return [ask] if job.posted_state is state else [ask, _state_event(job, state, policy, now)]
 
 
 def _state_event(job: JobView, state: State, policy: Policy, since: float) -> PostEvent:
@@ -344,11 +346,11 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
         if phase is JobPhase.DEPEND:
             return [ReleaseDependency({JOBSPEC_STORAGE_KEY: _storage(job)})]
         if phase is JobPhase.PROLOG:
-            return [PatchServers(job.hosts), *_enter(job, State.SETUP, policy, now)]
+            return _enter(job, State.SETUP, policy, now, assign=job.hosts)
         return []
     if phase is JobPhase.PROLOG:
         if state is State.SETUP:
-            return [PatchComputes(job.hosts), *_enter(job, State.DATAIN, policy, now)]
+            return _enter(job, State.DATAIN, policy, now)
         if state is State.DATAIN:
             return _enter(job, State.PRERUN, policy, now)
         return [FinishProlog(success=True, env=wf.env, token_secret=wf.token_secret)]

@@ -19,7 +19,7 @@ import pwd
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -482,7 +482,7 @@ class Service:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is not None:
-                done(str(exc) if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}")
+                done(_error_text(exc))
             else:
                 done(then(result) if then else None)
 
@@ -529,8 +529,8 @@ class Service:
         )
 
     def _do_SetDesiredState(self, tracked: Tracked, action: lc.SetDesiredState, done: Done) -> None:
-        wf = tracked.workflow
-        assert wf is not None
+        wf, proposal = tracked.workflow, tracked.proposal
+        assert wf is not None and (proposal is not None or not action.assign)
         observed = tracked.observed
         log.info(
             "job %d workflow %s: %s -> %s%s",
@@ -542,6 +542,9 @@ class Service:
         )
 
         def patch() -> Any:
+            if action.assign:  # one worker job: the state change follows without a loop trip
+                assert proposal is not None
+                self._assign_nodes(wf.name, proposal, action.assign)
             if observed:
                 self.metrics.reactions.append((action.state, time.monotonic() - observed))
             return self.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
@@ -553,23 +556,56 @@ class Service:
         tracked.workflow = asked
         adopt = self._adopt(tracked)
 
-        def answered(error: str | Halt | None) -> None:
-            if error is None:
+        def finished(result: Any, exc: BaseException | None) -> None:
+            self.loop.call_soon(settle, result, exc)
+
+        def settle(result: Any, exc: BaseException | None) -> None:
+            if exc is None:
+                adopt(result)
+                return
+            if tracked.workflow is asked:  # nothing newer came: back to what was known
+                tracked.workflow = wf
+            if isinstance(exc, StorageError):
+                self._fail_job(
+                    tracked, f"cannot place the job's storage: {exc}", self._retry_on_error(tracked)
+                )
                 return
             log.warning(
                 "job %d workflow %s: asking for %s failed: %s; retrying in %.1fs",
                 tracked.jobid,
                 wf.name,
                 action.state.value,
-                error,
+                _error_text(exc),
                 RETRY_MIN,
             )
-            if tracked.workflow is asked:  # nothing newer came: back to what was known
-                tracked.workflow = wf
             self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
 
-        self._kube_then(answered, adopt, patch, urgent=True)
+        self.worker.submit(patch, on_done=finished, urgent=True)
         done(None)
+
+    def _assign_nodes(self, name: str, proposal: ProposalInfo, hosts: Sequence[str]) -> None:
+        """Computes and Servers for the job's nodes (on a worker: reads, then writes).
+
+        The storage plan comes first, so a job whose storage cannot be placed (StorageError)
+        has nothing written for it.
+        """
+        if self._rabbits is None or any(h not in self._rabbits for h in hosts):
+            self._rabbits = rabbit_map(self.kube.read_system_configuration())
+        plan = plan_servers(proposal.needs, hosts, self._rabbits)
+        self.kube.patch_computes(name, list(hosts))
+        for (namespace, server), sets in plan.items():
+            self.kube.patch_servers(server, namespace, sets)
+
+    def _retry_on_error(self, tracked: Tracked) -> Done:
+        """For an action run outside any chain: decide the job again later if it failed."""
+
+        def retry(error: str | Halt | None) -> None:
+            if error is not None and not isinstance(error, Halt):
+                self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+            else:
+                self._kick(tracked.jobid)
+
+        return retry
 
     def _adopt(self, tracked: Tracked, created: bool = False) -> Callable[[Any], str | None]:
         """Take a returned workflow as the latest view, so the next decision need not wait.
@@ -644,37 +680,6 @@ class Service:
             tracked.jobid,
             action.jobspec_update,
             self._flux_done(self._then_record(tracked, done, phase="sched"), "release", tracked),
-        )
-
-    def _do_PatchServers(self, tracked: Tracked, action: lc.PatchServers, done: Done) -> None:
-        proposal = tracked.proposal
-        assert proposal is not None
-
-        def patch() -> None:
-            if self._rabbits is None or any(h not in self._rabbits for h in action.hosts):
-                self._rabbits = rabbit_map(self.kube.read_system_configuration())
-            plan = plan_servers(proposal.needs, action.hosts, self._rabbits)
-            for (namespace, name), sets in plan.items():
-                self.kube.patch_servers(name, namespace, sets)
-
-        def finished(_result: Any, exc: BaseException | None) -> None:
-            self.loop.call_soon(settle, exc)
-
-        def settle(exc: BaseException | None) -> None:
-            if isinstance(exc, StorageError):
-                self._fail_job(tracked, f"cannot place the job's storage: {exc}", done)
-            else:
-                done(None if exc is None else str(exc))
-
-        # Servers (before Setup) and Computes (before DataIn) are urgent like the state change
-        # they precede: the job is already moving.
-        self.worker.submit(patch, on_done=finished, urgent=True)
-
-    def _do_PatchComputes(self, tracked: Tracked, action: lc.PatchComputes, done: Done) -> None:
-        assert tracked.workflow is not None
-        hosts = list(action.hosts)
-        self._kube_then(
-            done, None, self.kube.patch_computes, tracked.workflow.name, hosts, urgent=True
         )
 
     def _do_FinishProlog(self, tracked: Tracked, action: lc.FinishProlog, done: Done) -> None:
@@ -823,6 +828,11 @@ class Service:
             except KeyError:
                 self._gids[userid] = userid
         return self._gids[userid]
+
+
+def _error_text(exc: BaseException) -> str:
+    """A failed call, in one line: Kubernetes errors say enough; others get their type."""
+    return str(exc) if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
 
 
 def _name(obj: Mapping[str, Any]) -> str:

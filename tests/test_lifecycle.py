@@ -161,22 +161,18 @@ def test_scheduled_job_waits_with_proposal_ready_and_no_deadline():
     assert moves(decide(j, wf(), POLICY, NOW)) == []
 
 
-def test_allocated_job_gets_servers_then_setup():
+def test_allocated_job_gets_its_nodes_assigned_then_setup():
     j = job(
         JobPhase.PROLOG, hosts=("n1", "n2"), proposal=ProposalInfo(), **recorded(State.PROPOSAL)
     )
     assert moves(decide(j, wf(), POLICY, NOW)) == [
-        lc.PatchServers(("n1", "n2")),
-        lc.SetDesiredState(State.SETUP),
+        lc.SetDesiredState(State.SETUP, assign=("n1", "n2"))
     ]
 
 
-def test_setup_done_gets_computes_then_datain_then_prerun():
+def test_setup_done_goes_straight_to_datain_then_prerun():
     j = job(JobPhase.PROLOG, hosts=("n1",), **recorded(State.SETUP))
-    assert moves(decide(j, wf(State.SETUP), POLICY, NOW)) == [
-        lc.PatchComputes(("n1",)),
-        lc.SetDesiredState(State.DATAIN),
-    ]
+    assert moves(decide(j, wf(State.SETUP), POLICY, NOW)) == [lc.SetDesiredState(State.DATAIN)]
     j = dataclasses.replace(j, posted_state=State.DATAIN)
     assert moves(decide(j, wf(State.DATAIN), POLICY, NOW)) == [lc.SetDesiredState(State.PRERUN)]
 
@@ -465,6 +461,11 @@ class World:
                 assert w.complete, f"advanced {current} -> {action.state} before it was ready"
             if action.hurry:
                 assert action.state is State.TEARDOWN
+            # Setup always comes with the job's nodes (Computes and Servers), nothing else does
+            if action.state is State.SETUP:
+                assert j.phase is JobPhase.PROLOG and action.assign == j.hosts and j.hosts
+            else:
+                assert action.assign == ()
             if action.state is not current:
                 self.wf = dataclasses.replace(
                     w, desired_state=action.state, ready=False, status=Status.DRIVER_WAIT
@@ -475,8 +476,6 @@ class World:
         elif isinstance(action, lc.ReleaseDependency):
             assert j.phase is JobPhase.DEPEND and j.exception is None
             self.job = dataclasses.replace(j, phase=JobPhase.SCHED)
-        elif isinstance(action, (lc.PatchServers, lc.PatchComputes)):
-            assert j.phase is JobPhase.PROLOG and j.hosts
         elif isinstance(action, lc.FinishProlog):
             assert j.phase is JobPhase.PROLOG
             if action.success:

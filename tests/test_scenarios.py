@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from flux_dws.states import State
+from flux_dws.testing.dwssim import seed
+from flux_dws.testing.stack import Stack
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 GFS2 = "#DW jobdw type=gfs2 capacity=10GiB name=shared"
@@ -267,6 +269,19 @@ def test_postrun_waits_for_the_release_of_a_finished_job(slow_release):
     (postrun,) = [e for e in info.events("dws-state") if e["context"]["state"] == "PostRun"]
     assert names(info).index("release") < info.eventlog.index(postrun)
     assert_clean(stack, info)
+
+
+def test_job_on_a_node_no_rabbit_serves_fails_before_it_starts():
+    """Storage cannot be placed near a node missing from the SystemConfiguration: the job
+    fails before its tasks start, with the node named, and nothing is left behind."""
+    with Stack(hosts=2) as stack:
+        seed(stack.api.store, rabbits={"rabbit-1": [stack.hosts[0]]})
+        info = stack.wait(stack.submit(JOBDW, nnodes=2))
+        assert info.result == "FAILED" and "start" not in names(info)
+        assert exception_note(info).startswith("cannot place the job's storage: ")
+        assert f"no rabbit serves compute node {stack.hosts[1]}" in exception_note(info)
+        assert states_entered(info)[-1] == "Teardown"
+        assert_clean(stack, info)
 
 
 def test_workflow_deleted_behind_our_back_fails_the_job_and_releases_it(stack):
