@@ -4,7 +4,7 @@
 
 Prints, never asserts: per-transition reaction time (the observation that allows the next
 state -- the workflow's ready state from the watch, or the job's allocation or end from the
-plugin -- to the next desiredState patch sent, including the Servers/Computes patches that
+plugin -- to the next desiredState patch sent, including the Computes and Servers patches that
 must precede it) p50/p99, jobs completed per second, Kubernetes requests per job
 by verb (the service's own client only), and memory per tracked workflow.  The service runs
 in a process of its own, as under real Flux; kubeapi + dwssim in a second and fakeflux with

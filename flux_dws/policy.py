@@ -95,7 +95,7 @@ class Policy:
     service_wait: float = math.inf
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
-    api_threads: int = 3  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.

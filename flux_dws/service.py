@@ -532,14 +532,6 @@ class Service:
         wf, proposal = tracked.workflow, tracked.proposal
         assert wf is not None and (proposal is not None or not action.assign)
         observed = tracked.observed
-        log.info(
-            "job %d workflow %s: %s -> %s%s",
-            tracked.jobid,
-            wf.name,
-            wf.desired_state.value,
-            action.state.value,
-            " (hurry)" if action.hurry else "",
-        )
 
         def patch() -> Any:
             if action.assign:  # one worker job: the state change follows without a loop trip
@@ -581,6 +573,15 @@ class Service:
             self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
 
         self.worker.submit(patch, on_done=finished, urgent=True)
+        # Logged once the patch is handed over: writing the line may let other threads run.
+        log.info(
+            "job %d workflow %s: %s -> %s%s",
+            tracked.jobid,
+            wf.name,
+            wf.desired_state.value,
+            action.state.value,
+            " (hurry)" if action.hurry else "",
+        )
         done(None)
 
     def _assign_nodes(self, name: str, proposal: ProposalInfo, hosts: Sequence[str]) -> None:

@@ -451,7 +451,7 @@ def test_max_proposals_is_a_count_and_zero_means_no_limit():
 
 
 def test_api_threads_needs_one_for_moves_and_one_for_the_rest():
-    assert policy_from_table({}).api_threads == 3
+    assert policy_from_table({}).api_threads == 4
     assert policy_from_table({"api-threads": 12}).api_threads == 12
     for bad, message in ((1, "must be 2 or more, not 1"), (0, "2 or more"), ("4", "not string")):
         with pytest.raises(PolicyError, match=f"^\\[dws\\] api-threads: .*{message}"):
