@@ -42,7 +42,7 @@ class JobPhase(str, Enum):
     DEPEND = "depend"  # held in DEPEND until Proposal is ready and the needs are in the jobspec
     SCHED = "sched"  # dependency released; waiting for resources
     PROLOG = "prolog"  # allocated; prolog held until PreRun is ready
-    RUN = "run"  # tasks started (and, once finished, not yet released)
+    RUN = "run"  # prolog finished: tasks starting or started (once finished, not yet released)
     EPILOG = "epilog"  # released or never started; epilog held until the workflow is gone
     GONE = "gone"  # inactive or unknown: nothing holds it (an orphan's workflow)
 

@@ -421,8 +421,8 @@ static const char *job_phase (struct dwsjob *st)
         return "epilog";
     if (st->started)
         return "run";
-    if (st->state == FLUX_JOB_STATE_RUN)
-        return "prolog";
+    if (st->state == FLUX_JOB_STATE_RUN)  // once the dws prolog finished, the tasks are starting
+        return st->prolog_started ? "run" : "prolog";
     if (st->state == FLUX_JOB_STATE_DEPEND && st->dep_held)
         return "depend";
     return "sched";

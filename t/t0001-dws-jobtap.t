@@ -284,6 +284,15 @@ test_expect_success 'prolog-finish posts dws-environment and the tasks start' '
         prolog-finish "{\"id\": $id, \"success\": true, \"env\": {}}"
 '
 
+test_expect_success 'once the dws prolog finished, no record puts the job back in the prolog' '
+    flux python -c "
+import json
+records = [j for line in open(\"svc.log\") for j in json.loads(line)[\"jobs\"] if j[\"id\"] == $id]
+after = [j[\"phase\"] for j in records if \"dws-environment\" in j[\"dws\"]]
+assert after and set(after) == {\"run\"}, after
+"
+'
+
 test_expect_success 'one cancel: the epilog holds the job, the record has the exception' '
     flux cancel -m "changed my mind" $job &&
     dws_wait_phase svc $job epilog \

@@ -74,12 +74,9 @@ class Watcher:
     sent: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
-def epilog_started(job: Job) -> bool:
-    """The plugin's epilog action was ever started on the job."""
-    return any(
-        e["name"] == "epilog-start" and e["context"].get("description") == NAME
-        for e in job.eventlog
-    )
+def ours_posted(job: Job, name: str) -> bool:
+    """The plugin's own ``name`` event (prolog-start, epilog-start) is on the job's eventlog."""
+    return any(e["name"] == name and e["context"].get("description") == NAME for e in job.eventlog)
 
 
 def job_phase(job: Job) -> str:
@@ -88,12 +85,12 @@ def job_phase(job: Job) -> str:
         return "gone"
     if job.prologs:
         return "prolog"
-    if job.state == "CLEANUP" and epilog_started(job):
+    if job.state == "CLEANUP" and ours_posted(job, "epilog-start"):
         return "epilog"  # not at "finish": the epilog starts at "release"
     if job.started:
         return "run"
-    if job.state == "RUN":
-        return "prolog"
+    if job.state == "RUN":  # once the dws prolog finished, the tasks are starting
+        return "run" if ours_posted(job, "prolog-start") else "prolog"
     if job.state == "DEPEND" and NAME in job.dependencies:
         return "depend"
     return "sched"
@@ -197,7 +194,7 @@ class DwsPlugin:
             timer.cancel()
 
     def _start_epilog(self, job: Job) -> None:
-        if not epilog_started(job):
+        if not ours_posted(job, "epilog-start"):
             self.jm.epilog_start(job, NAME)
 
     def _service_connected(self) -> bool:
