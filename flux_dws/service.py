@@ -464,10 +464,6 @@ class Service:
 
     # ------------------------------------------------------------------ executing
 
-    def _kube(self, done: Done, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Run a Kubernetes call on the worker pool; ``done`` on the loop with its outcome."""
-        self._kube_then(done, None, fn, *args, **kwargs)
-
     def _kube_then(
         self,
         done: Done,
@@ -622,8 +618,11 @@ class Service:
             known = tracked.workflow
             if known is None and not created:
                 return None
-            uid = (obj.get("metadata") or {}).get("uid") or ""
-            if known is not None and (known.uid != uid or _raw_rv(obj) <= _rv(known)):
+            meta = obj.get("metadata") or {}
+            if known is not None and (
+                known.uid != (meta.get("uid") or "")
+                or _rv(meta.get("resourceVersion")) <= _rv(known.resource_version)
+            ):
                 return None  # another workflow, or not newer than what we know
             try:
                 tracked.workflow, tracked.raw = view_workflow(obj), obj
@@ -840,17 +839,10 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", "?"))
 
 
-def _rv(view: WorkflowView) -> int:
+def _rv(version: Any) -> int:
+    """A resourceVersion (parsed or raw) as a number, to order versions (0 if it has none)."""
     try:
-        return int(view.resource_version)
-    except ValueError:
-        return 0
-
-
-def _raw_rv(obj: Mapping[str, Any]) -> int:
-    """An unparsed workflow's resourceVersion as a number (0 if it has none)."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion", 0))
+        return int(version or 0)
     except (TypeError, ValueError):
         return 0
 
