@@ -257,6 +257,39 @@ def system_configuration(rabbits: Mapping[str, Sequence[str]]) -> dict[str, Any]
     }
 
 
+#: A rabbit's usable capacity when the seed names none: 32 TiB, the order of a real rabbit.
+RABBIT_CAPACITY = 32 * 2**40
+
+
+def storage_resource(
+    rabbit: str, computes_: Sequence[str], capacity: int = RABBIT_CAPACITY
+) -> dict[str, Any]:
+    """The Storage resource DWS keeps for a rabbit (dws-api.md section 7): Enabled and Ready,
+    its capacity in bytes, and a Ready link to each compute node it serves."""
+    return {
+        **api_object("storages"),
+        "metadata": {
+            "name": rabbit,
+            "namespace": "default",
+            "labels": {"dataworkflowservices.github.io/storage": "Rabbit"},
+        },
+        "spec": {"state": "Enabled", "mode": "Live"},
+        "status": {
+            "type": "NVMe",
+            "status": "Ready",
+            "rebootRequired": False,
+            "message": "",
+            "capacity": int(capacity),
+            "access": {
+                "protocol": "PCIe",
+                "servers": [{"name": rabbit, "status": "Ready"}],
+                "computes": [{"name": c, "status": "Ready"} for c in computes_],
+            },
+            "devices": [],
+        },
+    }
+
+
 def group_computes(
     computes_: Sequence[str], per_rabbit: int = 16, prefix: str = "rabbit-"
 ) -> dict[str, list[str]]:

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from flux_dws.testing.dwssim.companions import group_computes, system_configuration
+from flux_dws.testing.dwssim.companions import (
+    RABBIT_CAPACITY,
+    group_computes,
+    storage_resource,
+    system_configuration,
+)
 from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, PROFILE_PLURAL, seeded_profiles
 from flux_dws.testing.kubeapi.errors import ApiError
 
@@ -22,12 +27,16 @@ def seed(
     *,
     per_rabbit: int = 16,
     profiles: Iterable[Mapping[str, Any]] | None = None,
+    capacity: int | Mapping[str, int] = RABBIT_CAPACITY,
 ) -> dict[str, list[str]]:
-    """Create the SystemConfiguration "default" and the NnfContainerProfiles; return the map.
+    """Create the SystemConfiguration "default", a Storage per rabbit and the
+    NnfContainerProfiles; return the map.
 
     ``rabbits`` maps each rabbit to the compute nodes it serves; without it ``computes`` are
     given ``per_rabbit`` to a rabbit named rabbit-<n>.  ``profiles`` defaults to the
-    simulator's behaviour profiles (``PROFILES``).  Objects that already exist are replaced.
+    simulator's behaviour profiles (``PROFILES``).  ``capacity`` is each rabbit's Storage
+    capacity in bytes: one figure for all, or one per rabbit name.  Objects that already
+    exist are replaced.
     """
     mapping = (
         {r: list(c) for r, c in rabbits.items()}
@@ -41,6 +50,9 @@ def seed(
             if exc.code != 409:
                 raise
     _put(store, "systemconfigurations", system_configuration(mapping))
+    for rabbit, served in mapping.items():
+        size = capacity if isinstance(capacity, int) else capacity.get(rabbit, RABBIT_CAPACITY)
+        _put(store, "storages", storage_resource(rabbit, served, size))
     for profile in seeded_profiles() if profiles is None else profiles:
         _put(store, PROFILE_PLURAL, profile)
     return mapping
