@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from flux_dws.errors import PolicyError
+from flux_dws.fluxcore import FluxUnavailable, import_flux, run_under_flux_hint
 from flux_dws.identity import check_identity, default_identity
 from flux_dws.policy import Policy, policy_from_table
 
@@ -44,8 +45,11 @@ def instance_identity(handle: Any, policy: Policy) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="flux dws service",
+    """The service's options; UsageError (one line) for bad ones."""
+    from flux_dws.cli.usage import PROG, OneLineParser
+
+    parser = OneLineParser(
+        prog=f"{PROG} service",
         description="Drive the DWS workflows of this Flux instance's #DW jobs.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
@@ -53,7 +57,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    from flux_dws.cli.usage import UsageError
+
+    try:
+        args = parse_args(argv)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="flux-dws: %(levelname)s: %(message)s",
@@ -62,17 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("urllib3", "kubernetes"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        import flux
-    except ImportError:
-        log.error(
-            "the flux Python bindings are not importable: run it as `flux dws service` "
-            "or set PYTHONPATH to flux-core's python site-packages"
-        )
+        flux = import_flux()
+    except FluxUnavailable as exc:
+        log.error("%s%s", exc, run_under_flux_hint("flux dws service"))
         return EXIT_UNAVAILABLE
     try:
         handle = flux.Flux()
     except OSError as exc:
-        log.error("cannot connect to a Flux instance (is FLUX_URI set?): %s", exc)
+        unset = "" if os.environ.get("FLUX_URI") else " (FLUX_URI is not set)"
+        log.error("cannot connect to a Flux instance%s: %s", unset, exc.strerror or exc)
         return EXIT_UNAVAILABLE
     try:
         policy = policy_from_table(handle.conf_get("dws") or {})

@@ -33,13 +33,19 @@
 #   dws_json FILE EXPR            python EXPR about the JSON in FILE (bound to r) is true
 #   dws_event_names JOBID         the names in the job's eventlog, one per line
 #   dws_drain                     end every job the plugin holds (for test cleanup)
+#   dws_setup DESCRIPTION BODY    test_expect_success for a set-up step: if it fails, the
+#                                 script stops at once and shows the step's output and the
+#                                 service's and dwssim's logs (no later test could pass)
 #
-# The real service against the DWS simulator (flux python, flux_dws on PYTHONPATH):
+# The real service against the DWS simulator, under $DWS_PYTHON (the Python that runs the
+# tests, which has flux_dws and kubernetes; default python3), never under `flux python`,
+# whose interpreter is flux-core's and may lack them.  flux_dws finds flux-core's bindings
+# by itself (flux_dws/fluxcore.py):
 #
-#   dws_dwssim_start COMPUTES     kubeapi + dwssim (python -m flux_dws.testing.dwssim, no
+#   dws_dwssim_start COMPUTES     kubeapi + dwssim ($DWS_PYTHON -m flux_dws.testing.dwssim, no
 #                                 delays, container seconds x0.01) in the background for
 #                                 compute-01..COMPUTES; exports DWS_KUBECONFIG
-#   dws_service_start             the flux-dws service (python -m flux_dws.daemon) in the
+#   dws_service_start             the flux-dws service ($DWS_PYTHON -m flux_dws.daemon) in the
 #                                 background, logging to service.log; returns once it has
 #                                 the plugin's job snapshot
 #   dws_service_kill [SIGNAL]     stop it (default KILL: a crash, no goodbye)
@@ -50,7 +56,7 @@
 #                                 wait (DWS_TIMEOUT) for workflow NAME's status.state
 #   dws_kube force-ready NAME     what an administrator does: spec.forceReady = true
 
-DWS_SRCDIR=$(cd "$SHARNESS_TEST_DIRECTORY/.." && pwd)
+DWS_SRCDIR=${DWS_SRCDIR:-$(cd "$SHARNESS_TEST_DIRECTORY/.." && pwd)}
 DWS_JOBTAP_DIR=$DWS_SRCDIR/jobtap
 DWS_PLUGIN=$DWS_JOBTAP_DIR/dws-jobtap.so
 DWS_TIMEOUT=${DWS_TIMEOUT:-15}
@@ -69,6 +75,8 @@ fi
 # flux's own commands put its Python bindings on the path; add this package.
 PYTHONPATH=$DWS_SRCDIR${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH
+DWS_PYTHON=${DWS_PYTHON:-python3}
+export DWS_PYTHON
 
 dws_build_plugin() {
     if ! make -C "$DWS_JOBTAP_DIR" --no-print-directory >dws-build.log 2>&1; then
@@ -143,6 +151,26 @@ dws_teardown() {
 if test -n "$DWS_UNDER_FLUX"; then
     trap 'dws_teardown' EXIT
 fi
+
+dws_setup() {
+    local failed_before=$test_failure
+    test_expect_success "$1" "{
+$2
+} >dws-setup.log 2>&1"
+    if test "$test_failure" != "$failed_before"; then
+        {
+            echo "--- what the set-up printed:"
+            tail -40 dws-setup.log
+            for log in dwssim.log service.log; do
+                if test -s "$log"; then
+                    echo "--- $log:"
+                    tail -20 "$log"
+                fi
+            done
+        } >&5 2>/dev/null
+        error "set-up failed: stopping here instead of running tests that cannot pass"
+    fi
+}
 
 dws_load_plugin() {
     DWS_PLUGIN_USED=t
@@ -371,7 +399,7 @@ dws_dwssim_start() {
     DWS_KUBECONFIG=$PWD/kubeconfig
     export DWS_KUBECONFIG
     rm -f dwssim.out
-    flux python -m flux_dws.testing.dwssim --no-delays --time-scale 0.01 \
+    "$DWS_PYTHON" -m flux_dws.testing.dwssim --no-delays --time-scale 0.01 \
         --computes "$1" --kubeconfig "$DWS_KUBECONFIG" >dwssim.out 2>dwssim.log &
     echo $! >dwssim.pid
     while test "$(wc -l <dwssim.out)" -lt 2; do
@@ -388,7 +416,7 @@ dws_dwssim_start() {
 dws_service_start() {
     local before tries=0
     before=$(cat service.log 2>/dev/null | grep -c "job snapshot")
-    flux python -m flux_dws.daemon >>service.log 2>&1 &
+    "$DWS_PYTHON" -m flux_dws.daemon >>service.log 2>&1 &
     echo $! >service.pid
     while test "$(grep -c "job snapshot" service.log)" -le "$before"; do
         tries=$((tries + 1))
@@ -487,5 +515,5 @@ if __name__ == "__main__":
 EOF
 
 dws_kube() {
-    flux python "$DWS_KUBE_HELPER" "$@"
+    "$DWS_PYTHON" "$DWS_KUBE_HELPER" "$@"
 }

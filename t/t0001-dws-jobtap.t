@@ -45,7 +45,7 @@ rpc_fails() {
     test_cmp rpc.expected rpc.out
 }
 
-test_expect_success 'load the dws plugin; its methods are job-manager.dws.*' '
+dws_setup 'load the dws plugin; its methods are job-manager.dws.*' '
     set_dws_config "" &&
     dws_load_plugin &&
     flux jobtap list >list.out &&

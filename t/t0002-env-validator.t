@@ -67,7 +67,7 @@ finish_job() {
 
 # --------------------------------------------------------------------- the job environment
 
-test_expect_success 'make check builds the shell plugin with -Werror' '
+dws_setup 'make check builds the shell plugin with -Werror' '
     make -C "$DWS_SRCDIR/shell" --no-print-directory check >check.out 2>&1 ||
     { cat check.out; false; }
 '

@@ -81,7 +81,7 @@ no_workflow_left() {
     ! grep -x "default/$(workflow_of $1)" workflows.out
 }
 
-test_expect_success 'setup: kubeapi + dwssim, [dws] config, the plugin and the service' '
+dws_setup 'setup: kubeapi + dwssim, [dws] config, the plugin and the service' '
     dws_dwssim_start 4 &&
     cat >"$DWS_CONF_DIR/conf.d/dws.toml" <<-EOF &&
 	[dws]

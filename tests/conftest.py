@@ -2,12 +2,51 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from flux_dws.testing import reaper
 from flux_dws.testing.kubeapi import KubeApi
+
+# --------------------------------------------------------------------------- processes
+# Every process this run starts carries its token (flux_dws.testing.reaper): after each module
+# none may be left, and whatever is left when the run ends (a failed fixture, Ctrl-C) is ended.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config._flux_dws_run = reaper.mark(os.environ)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = reaper.reap(session.config._flux_dws_run)  # type: ignore[attr-defined]
+    if left:
+        listing = "; ".join(str(p) for p in left[:5])
+        print(f"\nflux-dws tests: ended {len(left)} process(es) left behind: {listing}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the module's last test if any process it started is still running after it."""
+    yield
+    left = reaper.reap(request.config._flux_dws_run)
+    if left:
+        listing = "; ".join(str(p) for p in left[:5])
+        pytest.fail(f"{len(left)} process(es) left behind (now ended): {listing}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """One line: whether the real-Flux parts run, and if not, why."""
+    missing = _real_flux_missing()
+    if missing:
+        return f"real Flux: skipped: {missing}"
+    from flux_dws.fluxcore import flux_command
+
+    return f"real Flux: {flux_command()}"
 
 
 @pytest.fixture
@@ -45,11 +84,9 @@ def k8s_client(kubeapi: KubeApi) -> Iterator[object]:
 
 
 def _real_flux_missing() -> str | None:
-    from flux_dws.testing.realflux import flux_command
+    from flux_dws.testing.realflux import real_flux_problem
 
-    if flux_command() is None:
-        return "flux-core is not installed (no flux on PATH or /opt/flux/bin): real Flux skipped"
-    return None
+    return real_flux_problem()
 
 
 @pytest.fixture(scope="module", params=["fakeflux", "fakeflux-process", "flux"])

@@ -2,7 +2,8 @@
 
 Installed as the ``flux-dws`` executable, which Flux runs for ``flux dws`` (it looks in its
 exec path for ``flux-<command>``); ``python -m flux_dws`` is the same.  Every error is one line,
-``flux dws <command>: <what went wrong>``, and nothing assumes a terminal.
+``flux-dws <command>: <what went wrong>`` (flux-core's own ``flux-<command>:`` form), and
+nothing assumes a terminal.  A bare ``flux dws`` prints its usage and fails, as ``flux`` does.
 """
 
 from __future__ import annotations
@@ -12,29 +13,21 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, NoReturn, TextIO
+from typing import Any, Callable, TextIO
 
 from flux_dws import __version__
 from flux_dws.cli import commands
 from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS
 from flux_dws.cli.sources import FluxSource, Source, SourceError, flux_uri_problem
+from flux_dws.cli.usage import PROG, UsageError
+from flux_dws.cli.usage import OneLineParser as _Parser
 from flux_dws.errors import DwsError
 from flux_dws.k8s import KubeError
 
-PROG = "flux dws"
 #: Commands that read a Flux instance (and need FLUX_URI).
 INSTANCE_COMMANDS = ("status", "list", "logs", "cleanup")
 
-
-class UsageError(Exception):
-    """Bad command-line usage; str() is the one line to print."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the command (no usage dump)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+__all__ = ["main", "build_parser", "UsageError", "PROG"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,9 +99,9 @@ def main(
     environ = os.environ if environ is None else environ
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        parser.print_help(out)
-        return 0
+    if not argv:  # like a bare `flux`: the usage, and a failure
+        parser.print_help(err)
+        return 2
     if argv[0] == "service":  # everything after it is the service's own (--help included)
         argv = ["service", "--", *argv[1:]]
     try:
@@ -118,8 +111,8 @@ def main(
         return 2
     command = args.command
     if command is None:
-        parser.print_help(out)
-        return 0
+        parser.print_help(err)
+        return 2
     prog = f"{PROG} {command}"
     try:
         return _run(args, out, environ, source_factory, now)

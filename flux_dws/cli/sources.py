@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from flux_dws.errors import DwsError
+from flux_dws.fluxcore import FluxUnavailable, import_flux, run_under_flux_hint
 from flux_dws.k8s import KubeClient
 from flux_dws.policy import Policy, policy_from_table
 
@@ -102,13 +103,11 @@ def flux_uri_problem(environ: Mapping[str, str]) -> str | None:
 class FluxSource(_KubeMixin):
     """The Flux instance in FLUX_URI: flux-core's Python bindings, imported only here."""
 
-    def __init__(self, timeout: float = RPC_TIMEOUT) -> None:
+    def __init__(self, timeout: float = RPC_TIMEOUT, command: str = "flux dws ...") -> None:
         try:
-            import flux
-        except ImportError:
-            raise SourceError(
-                "flux-core's Python bindings are not importable (run it as `flux dws ...`)"
-            ) from None
+            flux = import_flux()
+        except FluxUnavailable as exc:
+            raise SourceError(f"{exc}{run_under_flux_hint(command)}") from None
         from flux_dws.daemon import instance_identity
 
         self.timeout = timeout

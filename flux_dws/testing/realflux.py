@@ -11,9 +11,9 @@ installed; nothing here imports ``flux`` at module load.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,40 +23,33 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flux_dws.fluxcore import FluxUnavailable, bindings_path, bindings_problem, flux_command
+from flux_dws.fluxcore import import_flux as _import_flux
 from flux_dws.testing.fakeflux import JobInfo, SubmitError
 
+__all__ = ["RealFlux", "flux_command", "real_flux_problem", "FluxUnavailable"]
+
 ROOT = Path(__file__).resolve().parents[2]
-FLUX_PREFIXES = ("/opt/flux", "/usr/local", "/usr")
 STATE_ORDER = ("NEW", "DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP", "INACTIVE")
+#: Seconds `flux start` may take to run its initial program.
+START_TIMEOUT = 60.0
 
 
-def flux_command() -> str | None:
-    """The `flux` executable, or None when flux-core is not installed."""
-    found = shutil.which("flux")
-    if found:
-        return found
-    for prefix in FLUX_PREFIXES:
-        candidate = os.path.join(prefix, "bin", "flux")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+@functools.cache
+def real_flux_problem() -> str | None:
+    """Why the real-Flux tests cannot run in this Python (one line), or None when they can.
+
+    They need flux-core (``flux``) and its Python bindings importable here: the tests and the
+    service talk to the instance from this Python, never from ``flux python``'s.
+    """
+    if flux_command() is None:
+        return "flux-core is not installed (no flux on PATH or in /opt/flux/bin)"
+    return bindings_problem()
 
 
 def flux_pythonpath(flux: str) -> str:
     """Where flux-core's Python bindings live, for `import flux` in our processes."""
-    out = subprocess.run(
-        [
-            flux,
-            "python",
-            "-c",
-            "import flux, os; print(os.path.dirname(os.path.dirname(flux.__file__)))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return out.stdout.strip()
+    return ":".join(bindings_path(flux))
 
 
 def build_plugins(flux: str) -> dict[str, str]:
@@ -114,16 +107,15 @@ class RealFlux:
     ) -> None:
         found = flux or flux_command()
         if found is None:
-            raise RuntimeError("flux-core is not installed")
+            raise FluxUnavailable("flux-core is not installed (no flux on PATH or /opt/flux/bin)")
         self.flux = found
+        _import_flux()  # this process talks to the instance too; one line if it cannot
         self.hosts = list(hosts)
         self.dws_table = dict(dws_table)
         self._tmp = tempfile.TemporaryDirectory(prefix="flux-dws-real-")
         self.workdir = Path(self._tmp.name)
         bindings = flux_pythonpath(self.flux)
         self.pythonpath = f"{bindings}:{ROOT}"
-        if bindings not in sys.path:  # this process talks to the instance too
-            sys.path.append(bindings)
         self.uri = ""
         self._instance: subprocess.Popen[str] | None = None
         self._service: subprocess.Popen[str] | None = None
@@ -132,6 +124,14 @@ class RealFlux:
     # ------------------------------------------------------------------ instance
 
     def start(self) -> RealFlux:
+        """Start the instance; on any failure nothing of it is left running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> RealFlux:
         plugins = build_plugins(self.flux)
         confdir = self.workdir / "conf"
         confdir.mkdir()
@@ -156,6 +156,9 @@ class RealFlux:
         shell_path = f"{os.path.dirname(plugins['dws-env.so'])}"
         uri_file = self.workdir / "uri"
         hostlist = ",".join(self.hosts)
+        # The initial program lives as long as this process: if it dies without stop()
+        # (SIGKILL, a crash), the instance shuts itself down instead of lingering.
+        watch = f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done"
         cmd = [
             self.flux,
             "start",
@@ -163,22 +166,26 @@ class RealFlux:
             f"--test-hosts={hostlist}",
             f"--config-path={confdir}",
             f"-Sconf.shell_pluginpath={shell_path}:{self._default_shell_path()}",
+            "-Sbroker.cleanup-timeout=10",
             "sh",
             "-c",
-            f'echo "$FLUX_URI" > {uri_file}; exec sleep 86400',
+            f'echo "$FLUX_URI" > {uri_file}; {watch}',
         ]
-        self._instance = subprocess.Popen(
-            cmd,
-            env=self._env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own process group: nothing outlives stop()
-        )
-        deadline = time.monotonic() + 60
+        log = open(self.workdir / "instance.log", "w")  # noqa: SIM115 - the child keeps it
+        with log:
+            self._instance = subprocess.Popen(
+                cmd,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: nothing outlives stop()
+            )
+        deadline = time.monotonic() + START_TIMEOUT
         while not (uri_file.exists() and uri_file.read_text().strip()):
             if self._instance.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"flux start failed: {self._instance.stderr.read()[-2000:]}")
+                said = (self.workdir / "instance.log").read_text()[-2000:]
+                raise FluxUnavailable(f"flux start failed: {' '.join(said.split()) or 'no output'}")
             time.sleep(0.05)
         self.uri = uri_file.read_text().strip()
         import flux as flux_bindings
@@ -223,15 +230,18 @@ class RealFlux:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._instance.pid, signal.SIGKILL)
             self._instance.wait(10)
+            self._instance = None
         self._tmp.cleanup()
 
     # ------------------------------------------------------------------ the service
 
     def start_service(self) -> None:
+        """The service under this very Python, never under `flux python`'s."""
         with open(self.workdir / "service.log", "a") as log:  # the child keeps its own copy
             self._service = subprocess.Popen(
                 [sys.executable, "-m", "flux_dws.daemon"],
                 env=self._env(),
+                stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 text=True,

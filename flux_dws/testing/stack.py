@@ -85,6 +85,14 @@ class Stack:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Stack:
+        """Start every piece; if one fails (or Ctrl-C), those already started are stopped."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Stack:
         if self.api_process:
             self._start_api_process()
         else:
@@ -223,19 +231,34 @@ class Stack:
         return self.start_service()
 
     def stop(self) -> None:
-        self.kill_service()
-        if self._server is not None:
-            self._server.stop()
-        if self.flux is not None:
-            self.flux.stop()
-        if self.sim is not None:
-            self.sim.stop()
-        if self.api is not None:
-            self.api.stop()
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(10)
+        """Stop whatever was started; each piece even when stopping another one failed."""
+        failures: list[BaseException] = []
+        for step in (
+            self.kill_service,
+            self._server and self._server.stop,
+            self.flux and self.flux.stop,
+            self.sim and self.sim.stop,
+            self.api and self.api.stop,
+            self._process and self._stop_api_process,
+        ):
+            if step:
+                try:
+                    step()
+                except Exception as exc:  # the others must still stop
+                    failures.append(exc)
         self._tmp.cleanup()
+        if failures:
+            raise failures[0]
+
+    def _stop_api_process(self) -> None:
+        assert self._process is not None
+        self._process.terminate()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(10)
+        self._process = None
 
     def __enter__(self) -> Stack:
         return self.start()
