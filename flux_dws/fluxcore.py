@@ -146,7 +146,7 @@ def _import_problem(exc: BaseException, paths: list[str]) -> str:
 
 
 def run_under_flux_hint(command: str, environ: Mapping[str, str] | None = None) -> str:
-    """" (run it as `flux dws ...`)" where that would help, else "".
+    """ " (run it as `flux dws ...`)" where that would help, else "".
 
     It helps only when no ``flux`` was found and this process was not started by ``flux``
     (which puts itself on PATH and sets FLUX_EXEC_PATH for the commands it runs).

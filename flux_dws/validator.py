@@ -9,6 +9,10 @@ not in its namespace by file path)::
     [ingest.validator]
     plugins = ["jobspec", "/path/to/flux_dws/validator.py"]
 
+It needs nothing but the standard library and this package, which it loads from beside
+itself when flux-core loads it by path, so it works in job-ingest's Python even when
+flux-dws was installed into another one.
+
 The policy is the instance's ``[dws]`` table, read once when the validator process starts.
 job-ingest restarts its validators on ``flux config reload`` (and whenever they were idle),
 so a changed table is picked up there.  A bad table rejects every #DW job with a message
@@ -22,13 +26,40 @@ and :class:`DwsValidator` import and test without flux-core.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import logging
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-from flux_dws.errors import PolicyError, RequestError
-from flux_dws.policy import TABLE, Policy, policy_from_table
-from flux_dws.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes
+
+def _load_own_package() -> None:
+    """When job-ingest loads this file by path, import ``flux_dws`` from beside it.
+
+    flux-core imports a validator file as a lone module, in its own Python, which need not
+    be the Python flux-dws was installed into.  What the validator uses (the modules below)
+    is standard library only, so loading the package this file belongs to, by path, makes
+    the validator work in any Python 3.9+, without putting another Python's site-packages on
+    ``sys.path``.  ``flux dws check-validator`` checks it in job-ingest's Python.
+    """
+    if __name__ == "flux_dws.validator" or "flux_dws" in sys.modules:
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "flux_dws", os.path.join(here, "__init__.py"), submodule_search_locations=[here]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["flux_dws"] = package
+    spec.loader.exec_module(package)
+
+
+_load_own_package()
+
+from flux_dws.errors import PolicyError, RequestError  # noqa: E402 - needs the package above
+from flux_dws.policy import TABLE, Policy, policy_from_table  # noqa: E402
+from flux_dws.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes  # noqa: E402
 
 LOG = logging.getLogger("flux-dws.validator")
 #: Seconds to wait for the broker's answer to config.get.

@@ -1,4 +1,4 @@
-"""``flux dws``: status, list, logs, cleanup, service and simulate.
+"""``flux dws``: status, list, logs, cleanup, service, check-validator and simulate.
 
 Installed as the ``flux-dws`` executable, which Flux runs for ``flux dws`` (it looks in its
 exec path for ``flux-<command>``); ``python -m flux_dws`` is the same.  Every error is one line,
@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the service")
 
+    p = sub.add_parser(
+        "check-validator", help="check that the ingest validator loads in job-ingest's Python"
+    )
+    p.add_argument("path", nargs="?", metavar="PATH", help="validator.py (default: this install's)")
+
     p = sub.add_parser("simulate", help="run a mix of #DW jobs against a simulated cluster")
     from flux_dws.cli.simulate import add_arguments
 
@@ -144,6 +149,14 @@ def _run(
 ) -> int:
     if args.command == "service":
         return commands.service(args)
+    if args.command == "check-validator":
+        from flux_dws.cli.checkvalidator import check
+
+        verdict = check(args.path)
+        if not verdict.ok:
+            raise DwsError(verdict.message)
+        print(verdict.message, file=out)
+        return 0
     if args.command == "simulate":
         from flux_dws.cli import simulate
 
