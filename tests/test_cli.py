@@ -29,6 +29,7 @@ from flux_dws.cli.render import (
 from flux_dws.cli.sources import StackSource
 from flux_dws.cli.views import build_logs, build_status, format_duration, job_result, timeline
 from flux_dws.errors import DwsError
+from flux_dws.fluxcore import flux_command
 from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, ownership_labels, workflow_name
 from flux_dws.reconcile import plan_cleanup
 from flux_dws.states import State
@@ -423,7 +424,7 @@ def test_status_and_list_of_a_job_waiting_in_prerun(stack):
 def test_unknown_job_is_one_line(stack):
     code, out, err = run(["logs", "42"], StackSource(stack))
     assert code == 1 and out == ""
-    assert err == "flux dws logs: job 42 not found\n"
+    assert err == "flux-dws logs: job 42 not found\n"
 
 
 def test_cleanup_sweeps_an_orphan_and_leaves_held_jobs_and_other_instances_alone():
@@ -465,17 +466,50 @@ def test_without_a_flux_instance_each_command_says_so_in_one_line():
         code, out, err = run(command, environ={})
         assert code == 1 and out == ""
         assert err == (
-            f"flux dws {command[0]}: not running under a Flux instance (FLUX_URI is not set)\n"
+            f"flux-dws {command[0]}: not running under a Flux instance (FLUX_URI is not set)\n"
         )
 
 
-def test_usage_errors_are_one_line_and_no_arguments_prints_usage():
+def test_usage_errors_are_one_line_naming_the_command_and_bare_usage_fails():
     code, out, err = run(["status"])
     assert code == 2 and len(err.splitlines()) == 1 and "JOBID" in err
+    assert err.startswith("flux-dws status: ") and "`flux dws status --help`" in err
+    code, out, err = run(["simulate", "--jobs", "many"])
+    assert code == 2 and err.startswith("flux-dws simulate: ") and len(err.splitlines()) == 1
     code, out, err = run(["frobnicate"])
     assert code == 2 and len(err.splitlines()) == 1 and "frobnicate" in err
-    code, out, err = run([])
-    assert code == 0 and "simulate" in out and "cleanup" in out
+    assert err.startswith("flux-dws: ")
+    code, out, err = run([])  # like a bare `flux`: usage, and a failure
+    assert code == 2 and out == "" and "simulate" in err and "cleanup" in err
+
+
+def test_the_service_s_usage_errors_are_one_line_too():
+    env = {k: v for k, v in os.environ.items() if k != "FLUX_URI"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "flux_dws", "service", "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr == (
+        "flux-dws service: unrecognized arguments: --bogus (see `flux dws service --help`)\n"
+    )
+
+
+def test_without_flux_core_the_commands_say_so_and_hint_only_when_it_helps():
+    off = {"FLUX_URI": "local:///nonexistent", "FLUX_DWS_FLUX": "none"}
+    code, out, err = run(["list"], environ=off)
+    assert (code, out) == (1, "")
+    assert err == "flux-dws list: flux-core is not installed (FLUX_DWS_FLUX=none)\n"
+    from flux_dws.fluxcore import run_under_flux_hint
+
+    nowhere = {"PATH": "/nonexistent", "FLUX_DWS_FLUX": ""}
+    # started by `flux` (FLUX_EXEC_PATH set): running it as `flux dws` again would not help
+    assert run_under_flux_hint("flux dws list", {**nowhere, "FLUX_EXEC_PATH": "/x"}) == ""
+    if flux_command({"PATH": "/nonexistent"}) is None:  # no flux in /opt/flux either
+        assert "`flux dws list`" in run_under_flux_hint("flux dws list", nowhere)
 
 
 def test_python_dash_m_runs_the_same_cli_and_service_reaches_the_daemon():
@@ -483,7 +517,7 @@ def test_python_dash_m_runs_the_same_cli_and_service_reaches_the_daemon():
     usage = subprocess.run(
         [sys.executable, "-m", "flux_dws"], capture_output=True, text=True, timeout=60, env=env
     )
-    assert usage.returncode == 0 and "status" in usage.stdout
+    assert usage.returncode == 2 and "status" in usage.stderr
     service = subprocess.run(
         [sys.executable, "-m", "flux_dws", "service", "--help"],
         capture_output=True,
@@ -491,4 +525,4 @@ def test_python_dash_m_runs_the_same_cli_and_service_reaches_the_daemon():
         timeout=60,
         env=env,
     )
-    assert service.returncode == 0 and "flux dws service" in service.stdout
+    assert service.returncode == 0 and "flux-dws service" in service.stdout

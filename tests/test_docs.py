@@ -42,6 +42,7 @@ import yaml
 
 from flux_dws import daemon
 from flux_dws.cli import UsageError, build_parser
+from flux_dws.cli import _run as cli_run
 from flux_dws.cli import main as cli_main
 from flux_dws.cli.commands import parse_states
 from flux_dws.cli.jobid import parse_jobid
@@ -463,7 +464,7 @@ def test_flux_dws_commands_in_the_docs_parse():
 def test_parse_cli_catches_what_the_command_refuses():
     with pytest.raises(UsageError, match="unrecognized"):
         parse_cli(["list", "--states=setup"])
-    with pytest.raises(AssertionError):
+    with pytest.raises(UsageError, match="flux-dws service: unrecognized"):
         parse_cli(["service", "--debug"])
     with pytest.raises(DwsError):
         parse_cli(["list", "-o", "{jobid} {nosuch}"])
@@ -528,7 +529,7 @@ def test_man1_documents_exactly_the_options():
 
 def test_man1_exit_statuses_are_the_codes_the_commands_return():
     shown = {int(n) for n in re.findall(r"^(\d+)$", section(MAN1, "EXIT STATUS"), re.MULTILINE)}
-    source = inspect.getsource(cli_main)
+    source = inspect.getsource(cli_main) + inspect.getsource(cli_run)
     returned = {int(n) for n in re.findall(r"return (\d+)\b", source)}
     assert shown == returned | {daemon.EXIT_CONFIG, daemon.EXIT_UNAVAILABLE}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ import pytest
 
 import flux_dws.validator as validator_module
 from flux_dws.errors import PolicyError, RequestError
+from flux_dws.fluxcore import bindings_problem
 from flux_dws.policy import policy_from_table
 from flux_dws.request import request_from_attributes
 from flux_dws.validator import DwsValidator, is_dws_job, site_policy, validate_attributes
@@ -161,6 +163,9 @@ def test_module_imports_without_flux(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_flux_core_loads_the_file_as_a_validator_plugin() -> None:
     """flux-core imports non-namespace plugins by file path and instantiates ``Validator``."""
+    problem = bindings_problem()
+    if problem:
+        pytest.skip(problem)
     importer = pytest.importorskip("flux.importer")
     plugin_base = pytest.importorskip("flux.job.validator").ValidatorPlugin
     module = importer.import_path(str(Path(validator_module.__file__)))
@@ -169,3 +174,36 @@ def test_flux_core_loads_the_file_as_a_validator_plugin() -> None:
     plugin.use_config(CONFIG, OWNER)
     assert plugin.validate(job({"dw": JOBDW})) is None
     assert plugin.validate(job({"dw": "#DW jobdw capacity=1GiB name=scratch"})) is not None
+
+
+LOAD_BY_PATH = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("validator", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(sys.modules["flux_dws"].__file__)
+print(module.validate_attributes({"dw": "#DW jobdw type=xfs capacity=1GiB"}, module.Policy(), 0, 0))
+print("kubernetes" in sys.modules)
+"""
+
+
+def test_loaded_by_path_it_works_in_a_python_without_flux_dws(tmp_path: Path) -> None:
+    """As job-ingest loads it: by file path, in a Python where flux-dws is not installed."""
+    path = Path(validator_module.__file__)
+    bare = subprocess.run(  # -S: no site-packages, so neither flux_dws nor kubernetes
+        [sys.executable, "-S", "-c", "import flux_dws"], capture_output=True, cwd=tmp_path
+    )
+    assert bare.returncode != 0
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", LOAD_BY_PATH, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    where, reason, kubernetes = done.stdout.splitlines()
+    assert where == str(path.parent / "__init__.py")
+    assert "missing required key 'name'" in reason
+    assert kubernetes == "False"

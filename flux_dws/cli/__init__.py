@@ -165,7 +165,11 @@ def _run(
         problem = flux_uri_problem(environ)
         if problem:
             raise SourceError(problem)
-        source_factory = FluxSource
+        command = f"flux dws {args.command} ..."
+
+        def source_factory() -> Source:
+            return FluxSource(command=command, environ=environ)
+
     source = source_factory()
     handler: dict[str, Any] = {
         "status": commands.status,

@@ -103,11 +103,16 @@ def flux_uri_problem(environ: Mapping[str, str]) -> str | None:
 class FluxSource(_KubeMixin):
     """The Flux instance in FLUX_URI: flux-core's Python bindings, imported only here."""
 
-    def __init__(self, timeout: float = RPC_TIMEOUT, command: str = "flux dws ...") -> None:
+    def __init__(
+        self,
+        timeout: float = RPC_TIMEOUT,
+        command: str = "flux dws ...",
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         try:
-            flux = import_flux()
+            flux = import_flux(environ)
         except FluxUnavailable as exc:
-            raise SourceError(f"{exc}{run_under_flux_hint(command)}") from None
+            raise SourceError(f"{exc}{run_under_flux_hint(command, environ)}") from None
         from flux_dws.daemon import instance_identity
 
         self.timeout = timeout
