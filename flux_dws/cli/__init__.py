@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, TextIO
@@ -160,6 +162,8 @@ def _run(
     if args.command == "simulate":
         from flux_dws.cli import simulate
 
+        _interrupt_on_termination()  # SIGTERM/SIGHUP unwind like Ctrl-C: nothing left running
+
         return simulate.run(args, out, environ=environ)
     if source_factory is None:
         problem = flux_uri_problem(environ)
@@ -181,6 +185,17 @@ def _run(
         return handler[args.command](args, source, out, now())
     finally:
         source.close()
+
+
+def _interrupt_on_termination() -> None:
+    """Turn SIGTERM and SIGHUP into KeyboardInterrupt, so clean-up code runs as for Ctrl-C."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, interrupt)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -157,8 +157,14 @@ class RealFlux:
         uri_file = self.workdir / "uri"
         hostlist = ",".join(self.hosts)
         # The initial program lives as long as this process: if it dies without stop()
-        # (SIGKILL, a crash), the instance shuts itself down instead of lingering.
-        watch = f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done"
+        # (SIGKILL, a crash), it ends the instance's whole process group (that of `flux
+        # start`, the session leader), since a shutdown would wait for jobs held by the
+        # dws plugin that no service will ever let go.
+        group_file = self.workdir / "pgid"
+        watch = (
+            f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done;"
+            f' kill -9 "-$(cat {group_file})"'
+        )
         cmd = [
             self.flux,
             "start",
@@ -181,6 +187,7 @@ class RealFlux:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: nothing outlives stop()
             )
+        group_file.write_text(str(self._instance.pid))
         deadline = time.monotonic() + START_TIMEOUT
         while not (uri_file.exists() and uri_file.read_text().strip()):
             if self._instance.poll() is not None or time.monotonic() > deadline:
