@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,8 @@ FLUX_ENV = "FLUX_DWS_FLUX"
 FLUX_PREFIXES = ("/opt/flux", "/usr/local", "/usr")
 #: Seconds ``flux config builtin`` may take (it starts no broker).
 ASK_TIMEOUT = 30.0
+#: flux-core installs its bindings in a directory named for the Python they were built for.
+_VERSION_DIR = re.compile(r"python(\d+\.\d+)/?$")
 
 
 class FluxUnavailable(DwsError):
@@ -104,6 +107,13 @@ def import_flux(environ: Mapping[str, str] | None = None) -> ModuleType:
     paths = bindings_path(flux)
     if not paths:
         raise FluxUnavailable(f"{flux} does not say where its Python bindings are")
+    built_for = {m.group(1) for p in paths for m in [_VERSION_DIR.search(p)] if m}
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if built_for and running not in built_for:  # loading them could crash, not just fail
+        raise FluxUnavailable(
+            f"flux-core's Python bindings in {':'.join(paths)} were built for Python "
+            f"{', '.join(sorted(built_for))}, not {running} ({sys.executable})"
+        )
     for path in paths:
         if path not in sys.path:
             sys.path.append(path)
