@@ -43,7 +43,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     """One line: whether the real-Flux parts run, and if not, why."""
     missing = _real_flux_missing()
     if missing:
-        return f"real Flux: skipped: {missing}"
+        return missing
     from flux_dws.fluxcore import flux_command
 
     return f"real Flux: {flux_command()}"
@@ -86,7 +86,8 @@ def k8s_client(kubeapi: KubeApi) -> Iterator[object]:
 def _real_flux_missing() -> str | None:
     from flux_dws.testing.realflux import real_flux_problem
 
-    return real_flux_problem()
+    problem = real_flux_problem()
+    return f"real Flux skipped: {problem}" if problem else None
 
 
 @pytest.fixture(scope="module", params=["fakeflux", "fakeflux-process", "flux"])

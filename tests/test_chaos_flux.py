@@ -15,12 +15,10 @@ import time
 import pytest
 
 from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL
-from flux_dws.testing.realflux import flux_command
+from flux_dws.testing.realflux import real_flux_problem
 
-pytestmark = pytest.mark.skipif(
-    flux_command() is None,
-    reason="flux-core is not installed (no flux on PATH or /opt/flux/bin): real Flux skipped",
-)
+PROBLEM = real_flux_problem()
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"real Flux skipped: {PROBLEM}")
 
 JOBS = int(os.environ.get("FLUX_DWS_FLUX_CHAOS_JOBS", "40"))
 SEED = int(os.environ.get("FLUX_DWS_CHAOS_SEED", "5"))

@@ -80,7 +80,9 @@ OWNER_DIES = """
 """
 
 
-@pytest.mark.skipif(real_flux_problem() is not None, reason=f"{real_flux_problem()}")
+@pytest.mark.skipif(
+    real_flux_problem() is not None, reason=f"real Flux skipped: {real_flux_problem()}"
+)
 def test_a_flux_instance_shuts_down_when_its_owner_dies_without_stopping_it():
     token = reaper.new_token()
     owner = subprocess.run(

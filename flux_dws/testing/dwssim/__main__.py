@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     kubeconfig = args.kubeconfig or os.path.join(tempfile.mkdtemp(prefix="dwssim-"), "kubeconfig")
     api.write_kubeconfig(kubeconfig)
     sim.start()
+    done = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # before saying where: then it may come
+        signal.signal(signum, lambda *_: done.set())
     print(api.url, flush=True)
     print(kubeconfig, flush=True)
-    done = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: done.set())
     done.wait()
     sim.stop()
     api.stop()

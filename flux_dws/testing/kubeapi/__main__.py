@@ -62,12 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     kubeconfig = args.kubeconfig or os.path.join(tempfile.mkdtemp(prefix="kubeapi-"), "kubeconfig")
     api.write_kubeconfig(kubeconfig)
+    stopping: list[int] = []  # a plain flag: the handler must not take locks
+    for signum in (signal.SIGINT, signal.SIGTERM):  # before saying where: then it may come
+        signal.signal(signum, lambda signum, _frame: stopping.append(signum))
     print(api.url, flush=True)
     print(kubeconfig, flush=True)
-
-    stopping: list[int] = []  # a plain flag: the handler must not take locks
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda signum, _frame: stopping.append(signum))
     saved = None
     next_save = time.monotonic() + SAVE_INTERVAL
     while not stopping:
