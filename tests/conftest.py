@@ -18,6 +18,7 @@ from flux_dws.testing.kubeapi import KubeApi
 
 def pytest_configure(config: pytest.Config) -> None:
     config._flux_dws_run = reaper.mark(os.environ)  # type: ignore[attr-defined]
+    config.addinivalue_line("markers", "realflux: needs flux-core and its bindings in this Python")
 
 
 @pytest.hookimpl(trylast=True)
@@ -43,10 +44,27 @@ def pytest_report_header(config: pytest.Config) -> str:
     """One line: whether the real-Flux parts run, and if not, why."""
     missing = _real_flux_missing()
     if missing:
-        return missing
+        return f"{missing} (its tests are deselected)"
     from flux_dws.fluxcore import flux_command
 
     return f"real Flux: {flux_command()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without a usable flux-core, deselect every real-Flux test: the header says why, once."""
+    if not _real_flux_missing():
+        return
+    real = [item for item in items if _needs_real_flux(item)]
+    if real:
+        dropped = {id(item) for item in real}
+        items[:] = [item for item in items if id(item) not in dropped]
+        config.hook.pytest_deselected(items=real)
+
+
+def _needs_real_flux(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("stack_backend") if callspec is not None else None
+    return backend == "flux" or item.get_closest_marker("realflux") is not None
 
 
 @pytest.fixture

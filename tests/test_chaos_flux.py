@@ -18,7 +18,10 @@ from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL
 from flux_dws.testing.realflux import real_flux_problem
 
 PROBLEM = real_flux_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"real Flux skipped: {PROBLEM}")
+pytestmark = [
+    pytest.mark.realflux,
+    pytest.mark.skipif(PROBLEM is not None, reason=f"real Flux skipped: {PROBLEM}"),
+]
 
 JOBS = int(os.environ.get("FLUX_DWS_FLUX_CHAOS_JOBS", "40"))
 SEED = int(os.environ.get("FLUX_DWS_CHAOS_SEED", "5"))

@@ -80,6 +80,7 @@ OWNER_DIES = """
 """
 
 
+@pytest.mark.realflux
 @pytest.mark.skipif(
     real_flux_problem() is not None, reason=f"real Flux skipped: {real_flux_problem()}"
 )

@@ -30,7 +30,10 @@ TIMEOUT = float(os.environ.get("DWS_SHARNESS_TIMEOUT", "600"))
 OUTPUT_TAIL_LINES = 60
 
 PROBLEM = real_flux_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"real Flux (t/) skipped: {PROBLEM}")
+pytestmark = [
+    pytest.mark.realflux,
+    pytest.mark.skipif(PROBLEM is not None, reason=f"real Flux (t/) skipped: {PROBLEM}"),
+]
 
 
 def find_sharness() -> Path | None:

@@ -42,8 +42,8 @@ def real_flux_problem() -> str | None:
     They need flux-core (``flux``) and its Python bindings importable here: the tests and the
     service talk to the instance from this Python, never from ``flux python``'s.
     """
-    if flux_command() is None:
-        return "flux-core is not installed (no flux on PATH or in /opt/flux/bin)"
+    if flux_command() is None:  # even if some `flux` package is importable: none to start
+        return bindings_problem() or "flux-core is not installed (no flux on PATH or /opt/flux)"
     return bindings_problem()
 
 
