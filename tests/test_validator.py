@@ -207,3 +207,35 @@ def test_loaded_by_path_it_works_in_a_python_without_flux_dws(tmp_path: Path) ->
     assert where == str(path.parent / "__init__.py")
     assert "missing required key 'name'" in reason
     assert kubernetes == "False"
+
+
+# --------------------------------------------------------------------------- check-validator
+
+
+def test_check_judges_what_flux_job_validator_answered() -> None:
+    from flux_dws.cli.checkvalidator import judge
+
+    accepted, refused = '{"errnum": 0}', '{"errnum": 22, "errstr": "system.dw: bad"}'
+    assert judge("v.py", f"{accepted}\n{refused}\n", "").ok
+    crashed = judge("v.py", "", "Traceback...\nModuleNotFoundError: No module named 'yaml'\n")
+    assert not crashed.ok and "No module named 'yaml'" in crashed.message
+    assert "every submission would fail" in crashed.message
+    assert not judge("v.py", f"{refused}\n{refused}\n", "").ok  # a plain job refused
+    assert not judge("v.py", f"{accepted}\n{accepted}\n", "").ok  # #DW not checked
+    bad_table = '{"errnum": 22, "errstr": "this instance\'s DWS configuration is invalid (x)"}'
+    assert not judge("v.py", f"{accepted}\n{bad_table}\n", "", under_instance=True).ok
+    assert judge("v.py", f"{accepted}\n{bad_table}\n", "", under_instance=False).ok
+
+
+@pytest.mark.realflux
+def test_check_validator_runs_job_ingest_s_own_loader(tmp_path: Path) -> None:
+    from flux_dws.cli.checkvalidator import check
+    from flux_dws.testing.realflux import real_flux_problem
+
+    if real_flux_problem():
+        pytest.skip(real_flux_problem())
+    assert check().ok, check().message
+    broken = tmp_path / "validator.py"
+    broken.write_text("import kubernetes_is_not_here\n")
+    verdict = check(str(broken))
+    assert not verdict.ok and str(broken) in verdict.message
