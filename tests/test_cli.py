@@ -13,6 +13,7 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from waiting import wait_for
 
 from flux_dws.cli import main
 from flux_dws.cli.inventory import filter_rows, list_rows
@@ -451,9 +452,14 @@ def test_cleanup_sweeps_an_orphan_and_leaves_held_jobs_and_other_instances_alone
             code, out, _ = run(["cleanup", "--timeout", "20"], StackSource(stack))
             assert code == 0, out
             assert "swept fluxjob-sweeper-7" in out
-            names = {w["metadata"]["name"] for w in stack.api.store.list("workflows", "default")[0]}
-            assert "fluxjob-sweeper-7" not in names
-            assert {"fluxjob-neighbour-7", workflow_name("sweeper", held)} <= names
+
+            def names() -> set[str]:
+                items = stack.api.store.list("workflows", "default")[0]
+                return {w["metadata"]["name"] for w in items}
+
+            # deleted: gone once DWS (dwssim) has removed its own finalizer, a moment later
+            wait_for(lambda: "fluxjob-sweeper-7" not in names(), "fluxjob-sweeper-7 to go")
+            assert {"fluxjob-neighbour-7", workflow_name("sweeper", held)} <= names()
             code, out, _ = run(["cleanup"], StackSource(stack))
             assert (code, out) == (0, "no orphaned workflows for instance sweeper\n")
         finally:
