@@ -322,13 +322,13 @@ def _parse_one(index: int, text: str) -> Directive:
     seen: set[str] = set()
     for word in words_[2:]:
         key, sep, value = word.partition("=")
-        if not sep:
-            raise fail(f"word {_show(word)} is not key=value")
         if not key:
             raise fail(f"word {_show(word)} has an empty key")
         if key in seen:
             raise fail(f"key {_show(key)} is given twice")
         check = rule.check_for(key) or (_container_check(key) if command == "container" else None)
+        if not sep and (check is not None or key not in _PROFILE_KEYS):
+            raise fail(f"word {_show(word)} is not key=value")
         if check is None:
             raise fail(_unknown_key(command, key, rule))
         problem = check(value)
