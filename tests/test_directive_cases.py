@@ -595,6 +595,12 @@ TEST_DRIVER = [
         "#DW PostRun action=error message=disk_full severity=Fatal",
     ),
     ok("#DW PreRun action=wait", "#DW PreRun action=error"),
+    # the rule keys are unanchored patterns: DWS admits keys that contain the words
+    ok("#DW PreRun action=wait my_message=x actions=y severity_level=z"),
+    bad(0, "unknown key 'mesage'", "#DW PreRun action=wait mesage=x"),
+    # DWS admits these too, but the driver never acts on an action it does not know (the
+    # workflow would wait forever): refused at submit
+    bad(0, "missing required key 'action'", "#DW PreRun actions=wait"),
     bad(0, "missing required key 'action'", "#DW PreRun message=x"),
     bad(0, "action='Complete'", "#DW PreRun action=Complete"),
     bad(0, "action='fail'", "#DW PreRun action=fail"),

@@ -7,6 +7,7 @@ it: flux-dws itself validates directives in flux_dws.directives.
 
 from __future__ import annotations
 
+from flux_dws.directives import words
 from flux_dws.states import State
 
 NNF_DRIVER = "nnf"
@@ -30,8 +31,8 @@ BREAKDOWN_COMMANDS = frozenset({"jobdw", "persistentdw", "create_persistent"})
 
 def command_of(directive: str) -> str:
     """The command word of a "#DW <command> ..." line ("" if there is none)."""
-    words = directive.split()
-    return words[1] if len(words) > 1 and words[0] == "#DW" else ""
+    found = words(directive)
+    return found[1] if len(found) > 1 and found[0] == "#DW" else ""
 
 
 def watched_states(directive: str) -> tuple[tuple[str, State], ...]:
