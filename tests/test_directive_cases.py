@@ -16,9 +16,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from flux_dws.directives import parse_directives
+from flux_dws.directives import parse_directives, split_directives
 from flux_dws.errors import DirectiveError
+from flux_dws.testing.ruleset import admission_error
 
 
 class Case(NamedTuple):
@@ -763,3 +766,151 @@ def test_case(case: Case) -> None:
     if not message.startswith("no #DW directives given"):
         assert message.startswith(f"#DW directive {index}"), message
     assert part in message, (part, message)
+
+
+# ---------------------------------------------------------------------------------------
+# The create-time half, checked against the stand-in DWS webhook (flux_dws.testing.ruleset:
+# dwdparse's reading of the nnf and test-driver rulesets as data): whatever flux-dws accepts,
+# DWS admits.  What DWS admits but flux-dws refuses must be a Proposal rule of nnf-sos (or a
+# test-driver action that would never end), so the error then names such a reason.
+ACCEPTED = [p for p in CASES if p.values[0].error is None]
+REFUSED = [p for p in CASES if p.values[0].error is not None]
+
+
+@pytest.mark.parametrize("case", ACCEPTED)
+def test_what_flux_dws_accepts_dws_admits(case: Case) -> None:
+    assert admission_error(list(split_directives(case.directives))) is None
+
+
+PROPOSAL_REASONS = (
+    "only #DW directive",
+    "only one container directive",
+    "names no jobdw directive",
+    "needs a '#DW persistentdw",
+    "storage (directive",
+    "is not a valid name",  # a copy path or a container value naming no storage of the job
+    "must be an absolute path",  # a path in no global Lustre file system
+    "must be more than zero",
+    "is too large",
+    "has an empty value",  # source=, DW_JOB_x=: no storage has that name
+    "action=",  # test driver: an action it does not act on (DWS admits it)
+    "severity=",  # test driver: a severity it cannot read
+    "missing required key 'action'",  # "actions=wait": DWS admits, the driver never acts
+)
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_what_dws_admits_flux_dws_refuses_only_for_a_later_rule(case: Case) -> None:
+    try:
+        lines = list(split_directives(case.directives))
+    except DirectiveError:
+        return  # no directive at all, or text before the first #DW: DWS never sees it
+    if admission_error(lines) is not None:
+        return
+    with pytest.raises(DirectiveError) as info:
+        parse_directives(case.directives)
+    assert any(reason in str(info.value) for reason in PROPOSAL_REASONS), str(info.value)
+
+
+# DataWorkflowServices/dws utils/dwdparse/dwdparse_test.go, against the stand-in's engine.
+@pytest.mark.parametrize(
+    "directives, error",
+    [
+        (["#DW jobdw type=xfs capacity=1GB name=ab"], None),
+        (["#DW jobd type=xfs"], "invalid directive '#DW jobd type=xfs'"),
+        (["  jobdw type=xfs"], "missing '#DW' prefix in directive '  jobdw type=xfs'"),
+        (["#DW jobdw type=xfs type=raw"], "repeated argument 'type' in directive"),
+        (["#DW jobdw tye=xfs"], "unsupported argument 'tye'"),
+        (["#DW jobdw type=xfs capacity=1GB name=ab profile"], "argument 'profile' requires value"),
+        (["#DW jobdw type=file capacity=1GB name=ab"], "argument 'type' invalid string 'file'"),
+        (["#DW jobdw type=xfs name=ab"], "missing required argument '^capacity$'"),
+        (
+            ["#DW persistentdw name=ab requires=none-such,copy-offload"],
+            "argument 'requires' invalid string 'none-such' in list",
+        ),
+        (["#DW persistentdw name=ab requires=copy-offload,copy-offload"], "repeated in list"),
+        (
+            ["#DW jobdw type=xfs capacity=1GB name=ab", "#DW jobdw type=raw capacity=1GB name=ab"],
+            "value 'ab' must be unique within 'jobdw_name'",
+        ),
+        (["#DW container name=ab profile=pp DW_JOB_x=y"], "unsupported argument 'DW_JOB_x'"),
+        (["#DW container name=ab profile=pp DW_JOB_xy="], None),  # no pattern: nnf-sos refuses
+        (["#DW copy_in source= destination="], None),  # likewise, in Proposal
+        (["#DW PreRun action=anything my_message"], "argument 'my_message' requires value"),
+        (["#DW PreRun actions=wait"], None),  # an unanchored key pattern
+        (["#DW PreRun action=wait message= severity="], None),
+        (["#DW PreRun message=x"], "missing required argument 'action'"),
+        (["#DW capacity=1\x1cGB"], "invalid directive"),  # \x1c is no white space to Go
+    ],
+)
+def test_stand_in_webhook_reads_directives_as_dwdparse(directives, error) -> None:
+    found = admission_error(directives)
+    if error is None:
+        assert found is None
+    else:
+        assert found is not None and error in found, found
+
+
+NAMES = ["ab", "cd", "a-b", "a_b", "Ab", "a", ""]
+VALUES = {
+    "type": ["xfs", "gfs2", "raw", "lustre", "Xfs", ""],
+    "capacity": ["1GiB", "10TB", "0GB", "1.5TB", "10G", ""],
+    "name": NAMES,
+    "profile": ["p1", "p-2", "P1", ""],
+    "requires": ["copy-offload", "user-container-auth,copy-offload", "copy-offload,", ""],
+    "source": [
+        "/a",
+        "",
+        "a",
+        "$DW_JOB_ab/x",
+        "$DW_JOB_a_b",
+        "$DW_PERSISTENT_cd",
+        "$DW_PERSISTENT_a_b/y",
+    ],
+    "action": ["wait", "complete", "error", "Wait", ""],
+    "message": ["m", "", "a=b"],
+    "severity": ["FATAL", "minor", "", "bad"],
+    "DW_JOB_ab": NAMES,
+    "DW_PERSISTENT_xy": NAMES,
+    "DW_GLOBAL_gl": ["/g", "g", ""],
+}
+VALUES["destination"] = VALUES["source"]
+KEYS = {
+    "jobdw": ["type", "capacity", "name", "profile", "requires"],
+    "persistentdw": ["name", "requires"],
+    "create_persistent": ["type", "capacity", "name", "profile"],
+    "destroy_persistent": ["name"],
+    "container": ["name", "profile", "DW_JOB_ab", "DW_PERSISTENT_xy", "DW_GLOBAL_gl"],
+    "copy_in": ["source", "destination", "profile"],
+    "copy_out": ["source", "destination", "profile"],
+    "PreRun": ["action", "message", "severity"],
+    "Proposal": ["action", "message", "severity"],
+}
+ODD_WORDS = ["name", "profile=p1", "my_message=x", "command=x", "=x", "x=", "DW_JOB_a=ab"]
+
+
+@st.composite
+def directive_lists(draw):
+    """Directive lists that are mostly well formed, so that many are accepted."""
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        command = draw(st.sampled_from(sorted(KEYS)))
+        keys = [k for k in KEYS[command] if draw(st.integers(0, 3))]  # each key 3 times in 4
+        found = [f"{k}={draw(st.sampled_from(VALUES[k][:2] * 6 + VALUES[k]))}" for k in keys]
+        if draw(st.integers(0, 5)) == 0:
+            found.append(draw(st.sampled_from(ODD_WORDS)))
+        lines.append(" ".join(["#DW", command, *draw(st.permutations(found))]))
+    return lines
+
+
+@settings(max_examples=400, deadline=None)
+@given(directive_lists())
+def test_never_accepts_what_the_dws_webhook_refuses(lines: list[str]) -> None:
+    refused = admission_error(lines)
+    try:
+        parse_directives(lines)
+    except DirectiveError as exc:
+        if refused is None:  # then only a rule nnf-sos applies later may refuse it
+            assert any(reason in str(exc) for reason in PROPOSAL_REASONS), (lines, str(exc))
+    else:
+        assert refused is None, (lines, refused)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux_dws.directives import words
 from flux_dws.states import STATE_ORDER, State, Status
 from flux_dws.testing import ruleset
 
@@ -179,14 +178,8 @@ def validate_create(obj: dict) -> str | None:
 
 
 def directive_error(directives: list[str]) -> str | None:
-    """Why the first unmatched #DW directive matches no DWDirectiveRule, or None."""
-    for directive in directives:
-        found = words(directive)
-        if not found or found[0] != "#DW":
-            return f"missing '#DW' prefix in directive '{directive}'"
-        if not ruleset.watched_states(directive):
-            return f"invalid directive '{directive}'"
-    return None
+    """Why DWS's DWDirectiveRules refuse the directive list, or None (dwdparse's words)."""
+    return ruleset.admission_error(directives)
 
 
 def validate_update(old: dict, new: dict) -> str | None:
