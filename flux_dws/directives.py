@@ -456,11 +456,12 @@ def _check_storage(
     """
     for_container = d.command == "container"
     shown = f"{key}={_show(d.args[key])}"
-    as_written = f"name={written}" if written == name else f"name={written}, read as {name}"
+    # The storage is named as the user wrote it; '_' may stand for '-' only in copy paths.
+    hint = "; '_' in a reference stands for '-'" if written != name else ""
     if ref == JOB_REF:
         target = jobdw.get(name)
         if target is None:
-            raise _fail(d, f"{shown} names no jobdw directive of this job ({as_written})")
+            raise _fail(d, f"{shown} names no jobdw directive of this job (name={written}){hint}")
         kind = target.args["type"]
         if for_container and kind not in CONTAINER_STORAGE_TYPES:
             raise _fail(
@@ -475,10 +476,12 @@ def _check_storage(
                 "data movement cannot use raw storage",
             )
     elif name not in persistent:
-        hint = "" if written == name else f" ({ref}{written} reads as name={name})"
-        raise _fail(
-            d, f"{shown} needs a '#DW persistentdw name={name}' directive in this job{hint}"
+        wanted = (
+            f"a persistentdw directive for {ref}{written}"
+            if hint
+            else f"a '#DW persistentdw name={name}' directive"
         )
+        raise _fail(d, f"{shown} needs {wanted} in this job{hint}")
 
 
 def _ref_name(value: str, ref: str) -> str:

@@ -454,7 +454,7 @@ INTEGRATION = [
     ),
     bad(
         0,
-        "names no jobdw directive of this job (name=not_there, read as not-there)",
+        "names no jobdw directive of this job (name=not_there); '_' in a reference stands for '-'",
         "#DW copy_in source=/lus/maui/my-file.in destination=$DW_JOB_not_there/my-file.out",
     ),
     bad(
@@ -787,6 +787,7 @@ PROPOSAL_REASONS = (
     "only one container directive",
     "names no jobdw directive",
     "needs a '#DW persistentdw",
+    "needs a persistentdw directive",
     "storage (directive",
     "is not a valid name",  # a copy path or a container value naming no storage of the job
     "must be an absolute path",  # a path in no global Lustre file system
