@@ -519,6 +519,7 @@ def directive_sets(draw):
     lines += [("persistentdw", [("name", name)]) for name in persistent]
     movable = [f"$DW_JOB_{n}" for n, kind in jobdw if kind != "raw"]
     movable += [f"$DW_PERSISTENT_{n}" for n in persistent]
+    movable += [ref.replace("-", "_") for ref in movable]  # as nnf-sos reads them
     paths = st.one_of(
         st.builds("/{}".format, path_words),
         *([st.builds("{}/{}".format, st.sampled_from(movable), path_words)] if movable else []),
