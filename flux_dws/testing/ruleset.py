@@ -21,7 +21,7 @@ from flux_dws.directives import words
 from flux_dws.states import State
 
 NNF_DRIVER = "nnf"
-TEST_DRIVER = "dws-test"
+TEST_DRIVER = "tester"  # the test ruleset's driverLabel, the driver's DRIVERID
 
 S = State
 
