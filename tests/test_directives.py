@@ -15,6 +15,7 @@ from flux_dws.directives import (
     parse_directives,
     parse_size,
     split_directives,
+    words,
 )
 from flux_dws.errors import DirectiveError
 from flux_dws.states import State
@@ -637,7 +638,7 @@ texts = st.one_of(
 @given(st.one_of(texts, st.lists(texts, max_size=4)))
 def test_any_text_gives_directives_or_a_one_line_directive_error(value):
     chunks = [value] if isinstance(value, str) else value
-    count = sum(chunk.split().count("#DW") for chunk in chunks)
+    count = sum(words(chunk).count("#DW") for chunk in chunks)
     try:
         parsed = parse_directives(value)
     except DirectiveError as exc:
