@@ -501,7 +501,7 @@ def documented_options() -> dict[str, set[str]]:
             options.setdefault(program, set())
         elif line.startswith(".. option:: "):
             for spec in line.split(":: ", 1)[1].split(", "):
-                options[program].add(re.split(r"[= ]", spec.strip(), maxsplit=1)[0])
+                options[program].add(re.split(r"[=[ ]", spec.strip(), maxsplit=1)[0])
     return options
 
 
