@@ -80,7 +80,8 @@ MAN5 = DOC / "man5" / "flux-config-dws.rst"
 ADMIN = DOC / "guide" / "admin.rst"
 USER = DOC / "guide" / "user.rst"
 INDEX = DOC / "index.rst"
-DOCS = (MAN1, MAN5, ADMIN, USER, INDEX)
+ARCHITECTURE = DOC / "architecture.rst"
+DOCS = (MAN1, MAN5, ADMIN, USER, INDEX, ARCHITECTURE, DOC / "protocol.rst")
 SITE_EXAMPLE = DOC / "dws.toml.example"
 #: The examples' user is the instance owner, so restrict-persistent never gets in the way.
 UID = 1001
