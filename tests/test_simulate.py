@@ -376,6 +376,14 @@ def test_json_to_a_file_keeps_the_usual_output(tmp_path):
     assert f"summary written to {path}" in out.getvalue()
 
 
+def test_json_on_stdout_is_the_only_thing_there():
+    backend = ReplayBackend({"storage": ended_log(), "hang": ended_log(note="x")})
+    out, err = io.StringIO(), io.StringIO()
+    assert run(args(json="-"), out, err=err, backend_factory=backend, drain_timeout=0) == 1
+    assert json.loads(out.getvalue())["summary"]["jobs"] == 2
+    assert "2/2 jobs ended" in err.getvalue() and " storage " in err.getvalue()
+
+
 def test_simulate_end_to_end_through_main():
     out, err = io.StringIO(), io.StringIO()
     argv = ["simulate", "--jobs", "8", "--seed", "1", "--speed", "20", "--backend", "fake"]
