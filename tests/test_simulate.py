@@ -512,3 +512,13 @@ def test_the_story_is_judged_by_what_flux_run_reports():
     assert user_outcome([ev("start"), ev("finish", status=0), ev("clean")]) == "COMPLETED"
     cancelled = [ev("exception", type="cancel", severity=0, note=""), ev("clean")]
     assert user_outcome(cancelled) == "CANCELED"
+
+
+def test_the_man_page_gives_the_progress_period():
+    from pathlib import Path
+
+    from flux_dws.cli.progress import PLAIN_EVERY
+
+    man = Path(__file__).resolve().parent.parent / "doc" / "man1" / "flux-dws.rst"
+    text = " ".join(man.read_text(encoding="utf-8").split())
+    assert f"printed as a plain line every {PLAIN_EVERY:g} seconds" in text
