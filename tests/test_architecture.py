@@ -57,6 +57,16 @@ def test_architecture_names_files_that_exist_and_every_action():
         assert hasattr(actions.ActionRunner, handler)
 
 
+def test_architecture_names_every_module_and_package():
+    paths = named_paths(ARCHITECTURE.read_text(encoding="utf-8"))
+    package = ROOT / "flux_dws"
+    parts = [p for p in package.glob("*.py") if not p.name.startswith("__")]
+    parts += [p for p in package.iterdir() if (p / "__init__.py").exists()]
+    for part in parts:
+        name = str(part.relative_to(ROOT))
+        assert name in paths, f"doc/architecture.rst does not name {name}"
+
+
 def test_architecture_quotes_the_codes_figures():
     text = " ".join(ARCHITECTURE.read_text(encoding="utf-8").split())
     watch = inspect.signature(WorkflowWatch.__init__).parameters
