@@ -40,7 +40,9 @@ from flux_dws.storage import (
     StorageError,
     plan_servers,
 )
+from flux_dws.testing.dwssim import DwsSim, seed
 from flux_dws.testing.dwssim.companions import storage_resource, system_configuration
+from flux_dws.testing.kubeapi import Store
 from flux_dws.validator import validate_attributes
 
 MAPPING = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
@@ -364,3 +366,31 @@ def test_rabbit_graph_command_errors_are_one_line(tmp_path: Path) -> None:
     argv[2] = str(tmp_path / "missing.json")
     assert main(argv, out=io.StringIO(), err=err) == 1
     assert "cannot read R" in err.getvalue()
+
+
+# ---- dwssim accounts for rabbit capacity ----------------------------------------------------
+
+
+def test_dwssim_fails_setup_on_a_rabbit_short_of_capacity() -> None:
+    from test_dwssim import allocate, create, move, settled, wait_for
+
+    store = Store()
+    seed(store, ("node0", "node1"), rabbits={"rabbit-0": ["node0", "node1"]}, capacity=100 * GIB)
+    xfs = "#DW jobdw type=xfs capacity=30GiB name=scratch"
+    with DwsSim(store, time_scale=0.001, seed=7) as sim:
+        for name in ("first", "second"):
+            create(store, name, [xfs])
+            wait_for(store, name, settled("Proposal"), "settled in Proposal")
+            allocate(store, name, ("node0", "node1"))
+        assert move(store, "first", "Setup")["status"]["ready"] is True
+        assert sim.capacity.held() == {"rabbit-0": 60 * GIB}
+        failed = move(store, "second", "Setup")["status"]
+        assert failed["status"] == "Error"
+        assert "rabbit-0: insufficient capacity available" in failed["message"]
+        # Teardown gives the capacity back: the next job's Setup succeeds
+        move(store, "first", "Teardown")
+        assert sim.capacity.held() == {}
+        create(store, "third", [xfs])
+        wait_for(store, "third", settled("Proposal"), "settled in Proposal")
+        allocate(store, "third", ("node0", "node1"))
+        assert move(store, "third", "Setup")["status"]["ready"] is True
