@@ -197,15 +197,34 @@ class _Graph:
                 self.add(vertex, kind, f"{kind}{index}", id=index, rank=node.rank, exclusive=True)
 
 
+#: Parts each rabbit's SSD pool is split into.  Fluxion gives a vertex inside a jobspec slot
+#: to one slot only, so a pool shared by a rabbit's nodes must be several vertices: a slot
+#: takes as many parts as its GiB need, and a part never holds more than one job's data.
+#: More parts waste less (a node's request rounds up to whole parts) and cost match time.
+DEFAULT_CHUNKS = 36
+
+
+def _chunks(gib: int, parts: int) -> list[int]:
+    """``gib`` split into ``parts`` sizes that differ by at most one and add up to it."""
+    base, extra = divmod(gib, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
 def resource_graph(
-    R: Mapping[str, Any], rabbits: Mapping[str, Rabbit], cluster: str = "cluster0"
+    R: Mapping[str, Any],
+    rabbits: Mapping[str, Rabbit],
+    cluster: str = "cluster0",
+    chunks: int = DEFAULT_CHUNKS,
 ) -> dict[str, Any]:
     """A copy of ``R`` whose ``scheduling`` key holds the rabbit-aware JGF.
 
-    Each rabbit serving at least one node of R becomes a ``rabbit`` vertex holding one ``ssd``
-    pool (its capacity in GiB; down unless the rabbit is usable) and those nodes; nodes that no
-    rabbit serves stay directly under the cluster.  Properties (and so queues) are kept.
+    Each rabbit serving at least one node of R becomes a ``rabbit`` vertex holding those nodes
+    and its SSD pool: ``chunks`` ``ssd`` vertices (at least one per node it holds) whose GiB add
+    up to its capacity, down unless the rabbit is usable.  Nodes that no rabbit serves stay
+    directly under the cluster.  Properties (and so queues) are kept.
     """
+    if chunks < 1:
+        raise RabbitError(f"chunks must be at least 1, not {chunks}")
     nodes = _nodes_of(R)
     served: dict[str, str] = {}
     for rabbit in sorted(rabbits.values(), key=lambda r: r.name):
@@ -217,21 +236,19 @@ def resource_graph(
             served[host] = rabbit.name
     graph = _Graph()
     root = graph.add(None, "cluster", cluster, id=0, basename="cluster")
+    ssd_id = 0
     for index, name in enumerate(sorted({served[n.host] for n in nodes if n.host in served})):
         rabbit = rabbits[name]
+        held = [node for node in nodes if served.get(node.host) == name]
         vertex = graph.add(root, RABBIT_TYPE, name, id=index)
-        graph.add(
-            vertex,
-            SSD_TYPE,
-            f"ssd{index}",
-            id=index,
-            unit="GiB",
-            size=rabbit.gib,
-            status=0 if rabbit.usable else 1,
-        )
-        for node in nodes:
-            if served.get(node.host) == name:
-                graph.add_node(vertex, node)
+        for size in _chunks(rabbit.gib, max(chunks, len(held))):
+            status = 0 if rabbit.usable else 1
+            graph.add(
+                vertex, SSD_TYPE, f"ssd{ssd_id}", id=ssd_id, unit="GiB", size=size, status=status
+            )
+            ssd_id += 1
+        for node in held:
+            graph.add_node(vertex, node)
     for node in nodes:
         if node.host not in served:
             graph.add_node(root, node)
@@ -280,6 +297,7 @@ def allocated_rabbits(R: Mapping[str, Any] | None) -> dict[str, list[str]] | Non
 
 
 __all__ = [
+    "DEFAULT_CHUNKS",
     "GIB",
     "RABBIT_TYPE",
     "SSD_TYPE",

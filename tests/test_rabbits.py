@@ -102,11 +102,21 @@ def vertices(graph: dict) -> dict[str, dict]:
     return {v["metadata"]["paths"]["containment"]: v for v in graph["scheduling"]["graph"]["nodes"]}
 
 
+def pool(found: dict[str, dict], rabbit: str) -> list[dict]:
+    return [
+        v["metadata"]
+        for path, v in found.items()
+        if path.startswith(f"/cluster0/{rabbit}/") and v["metadata"]["type"] == "ssd"
+    ]
+
+
 def test_graph_puts_nodes_and_one_ssd_pool_under_each_rabbit() -> None:
-    graph = resource_graph(R, rabbit_inventory(*objects()))
+    graph = resource_graph(R, rabbit_inventory(*objects()), chunks=3)
     found = vertices(graph)
-    assert found["/cluster0/rabbit-0/ssd0"]["metadata"]["size"] == 100
-    assert found["/cluster0/rabbit-0/ssd0"]["metadata"]["unit"] == "GiB"
+    # 100 GiB in 3 parts that differ by at most one GiB
+    assert sorted(m["size"] for m in pool(found, "rabbit-0")) == [33, 33, 34]
+    assert {m["unit"] for m in pool(found, "rabbit-1")} == {"GiB"}
+    assert len({m["name"] for m in pool(found, "rabbit-0") + pool(found, "rabbit-1")}) == 6
     assert found["/cluster0/rabbit-0/compute-02"]["metadata"]["rank"] == 1
     assert found["/cluster0/rabbit-1/compute-03"]["metadata"]["type"] == "node"
     # nodes no rabbit serves stay under the cluster, and their cores with them
@@ -130,10 +140,15 @@ def test_graph_is_deterministic_whatever_the_input_order() -> None:
     assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
 
 
+def test_a_pool_has_at_least_one_part_per_node() -> None:
+    found = vertices(resource_graph(R, rabbit_inventory(*objects()), chunks=1))
+    assert [m["size"] for m in pool(found, "rabbit-0")] == [50, 50]
+
+
 def test_a_rabbit_that_is_not_ready_has_its_pool_down() -> None:
     found = vertices(resource_graph(R, rabbit_inventory(*objects(status="Offline"))))
-    assert found["/cluster0/rabbit-0/ssd0"]["metadata"]["status"] == 0
-    assert found["/cluster0/rabbit-1/ssd1"]["metadata"]["status"] == 1
+    assert {m["status"] for m in pool(found, "rabbit-0")} == {0}
+    assert {m["status"] for m in pool(found, "rabbit-1")} == {1}
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from flux_dws.cli.sources import SourceError
-from flux_dws.rabbits import Rabbit, RabbitError, rabbit_inventory, resource_graph
+from flux_dws.rabbits import (
+    DEFAULT_CHUNKS,
+    Rabbit,
+    RabbitError,
+    rabbit_inventory,
+    resource_graph,
+)
 
 SYSTEM_CONFIGURATION_KIND = "SystemConfiguration"
 STORAGE_KIND = "Storage"
@@ -38,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
     parser.add_argument(
         "--cluster", default="cluster0", help="name of the graph's root vertex (default cluster0)"
+    )
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        default=DEFAULT_CHUNKS,
+        metavar="N",
+        help=f"parts each rabbit's SSD pool is split into (default {DEFAULT_CHUNKS})",
     )
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write R here (default: standard output)"
@@ -90,8 +103,10 @@ def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
     """One line for the admin: what went into the graph."""
     vertices = graph["scheduling"]["graph"]["nodes"]
     placed = [v["metadata"]["name"] for v in vertices if v["metadata"]["type"] == "rabbit"]
+    parts = sum(1 for v in vertices if v["metadata"]["type"] == "ssd")
     down = [r for r in placed if not rabbits[r].usable]
-    text = f"{len(placed)} rabbit(s) with {sum(rabbits[r].gib for r in placed)} GiB of SSD"
+    gib = sum(rabbits[r].gib for r in placed)
+    text = f"{len(placed)} rabbit(s) with {gib} GiB of SSD in {parts} part(s)"
     return text + (f"; down now: {', '.join(down)}" if down else "")
 
 
@@ -102,7 +117,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int
     else:
         config, storages = live_objects(args.kubeconfig)
     rabbits = rabbit_inventory(config, storages)
-    graph = resource_graph(R, rabbits, cluster=args.cluster)
+    graph = resource_graph(R, rabbits, cluster=args.cluster, chunks=args.chunks)
     text = json.dumps(graph, sort_keys=True, separators=(",", ":")) + "\n"
     if args.output:
         try:
