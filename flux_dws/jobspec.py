@@ -111,20 +111,31 @@ def directive_bytes_per_node(
     return per_node
 
 
+def _count(entry: Any) -> int | None:
+    count = entry.get("count") if isinstance(entry, Mapping) else None
+    return None if isinstance(count, bool) or not isinstance(count, int) or count < 1 else count
+
+
+def _grouped_nodes(top: Mapping[str, Any]) -> int | None:
+    """Nodes in one ``slot`` or ``chassis`` of a jobspec (its ``node`` child's count)."""
+    nodes = [c for c in top.get("with") or [] if isinstance(c, Mapping) and c.get("type") == "node"]
+    return _count(nodes[0]) if len(nodes) == 1 else None
+
+
 def node_count(resources: Any) -> int | None:
-    """The nodes a jobspec's resources ask for, when they ask at the top level (-N)."""
+    """The nodes a jobspec's resources ask for, when it says (a top-level ``node`` request
+    such as ``-N``, or a ``slot`` or ``chassis`` of nodes); None when it does not."""
     if not isinstance(resources, list) or len(resources) != 1:
         return None
     top = resources[0]
-    if not isinstance(top, Mapping):
-        return None
-    count = top.get("count")
-    if isinstance(count, bool) or not isinstance(count, int):
+    count = _count(top)
+    if count is None:
         return None
     if top.get("type") == "node":
         return count
-    if top.get("type") == "slot" and top.get("label") == RABBIT_SLOT:
-        return count
+    if top.get("type") in ("slot", "chassis"):
+        per = _grouped_nodes(top)
+        return None if per is None else count * per
     return None
 
 
@@ -144,15 +155,15 @@ def rabbit_resources(
 ) -> list[dict[str, Any]] | None:
     """The job's resources with SSD per node, or None when there is nothing to change.
 
-    None when the job needs no rabbit storage, or when the resources carry ``ssd`` already (a
-    release repeated after a restart must not rewrite them twice).  StorageError, in one line,
-    when the request cannot be expressed (no top-level node count) or is over a site limit.
+    A top-level ``node x N`` becomes ``slot[rabbit] x N -> (node x 1, ssd x G)``; a ``slot`` or
+    ``chassis`` of k nodes gets ``ssd x k*G`` beside its nodes, so they and their SSD come from
+    one rabbit.  None when the job needs no rabbit storage, or when the resources carry ``ssd``
+    already (a release repeated after a restart must not rewrite them twice).  StorageError, in
+    one line, when the request names no node count or is over a site limit.
     """
-    if has_ssd(resources):
+    if has_ssd(resources) or not needs:
         return None
     nnodes = node_count(resources)
-    if not needs:
-        return None
     if nnodes is None:
         raise StorageError(
             "a job with rabbit storage must ask for whole nodes (flux run -N), so that each "
@@ -161,16 +172,20 @@ def rabbit_resources(
     per_node = bytes_per_node(needs, nnodes, limits)
     check_per_node(per_node, limits)
     gib = sum(_gib(size) for size in per_node.values())
-    if gib < 1:
+    if gib < 1:  # breakdowns asking for nothing: nothing to place
         return None
-    node = copy.deepcopy(dict(resources[0]))
-    node["count"] = 1
+    top = copy.deepcopy(dict(resources[0]))
+    if top["type"] != "node":
+        per = _grouped_nodes(top) or 1
+        top["with"] = [*top["with"], {"type": SSD_TYPE, "count": gib * per, "exclusive": True}]
+        return [top]
+    top["count"] = 1
     return [
         {
             "type": "slot",
             "count": nnodes,
             "label": RABBIT_SLOT,
-            "with": [node, {"type": SSD_TYPE, "count": gib, "exclusive": True}],
+            "with": [top, {"type": SSD_TYPE, "count": gib, "exclusive": True}],
         }
     ]
 

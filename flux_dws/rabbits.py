@@ -1,7 +1,7 @@
 """Rabbits in Fluxion's resource graph, as pure functions.
 
 Fluxion schedules what its resource graph holds.  flux-dws writes the instance's R (RFC 20) with
-a JGF ``scheduling`` key in which each rabbit is a vertex that contains its compute nodes and one
+a JGF ``scheduling`` key in which each rabbit is a vertex that contains its compute nodes and its
 ``ssd`` pool sized in GiB, so a jobspec asking for a node together with SSD capacity gets both
 under the same rabbit.  Which nodes a rabbit serves comes from DWS's SystemConfiguration, its
 capacity and health from its Storage resource (dws-api.md section 7).  The job's own R, once
@@ -22,7 +22,10 @@ from typing import Any
 from flux_dws.hostlist import HostlistError, expand_hostlist, expand_idset
 
 GIB = 2**30
-RABBIT_TYPE = "rabbit"
+#: The vertex type of a rabbit: a chassis, as in the existing Flux integration's graph, so the
+#: jobspecs its users submit (``chassis x C -> node x n``) keep working.  Its name is the
+#: rabbit's, and its ``rabbit`` property names it too.
+RABBIT_TYPE = "chassis"
 SSD_TYPE = "ssd"
 #: Storage status.status of a rabbit that may take new allocations.
 READY = "Ready"
@@ -174,7 +177,11 @@ class _Graph:
         }
         properties = meta.pop("properties", None)
         if properties:
-            metadata["properties"] = {p: "" for p in properties}
+            metadata["properties"] = (
+                dict(properties)
+                if isinstance(properties, Mapping)
+                else dict.fromkeys(properties, "")
+            )
         assert not meta, meta
         vertex = {"id": str(uniq), "metadata": metadata}
         self.nodes.append(vertex)
@@ -218,7 +225,7 @@ def resource_graph(
 ) -> dict[str, Any]:
     """A copy of ``R`` whose ``scheduling`` key holds the rabbit-aware JGF.
 
-    Each rabbit serving at least one node of R becomes a ``rabbit`` vertex holding those nodes
+    Each rabbit serving at least one node of R becomes a ``chassis`` vertex holding those nodes
     and its SSD pool: ``chunks`` ``ssd`` vertices (at least one per node it holds) whose GiB add
     up to its capacity, down unless the rabbit is usable.  Nodes that no rabbit serves stay
     directly under the cluster.  Properties (and so queues) are kept.
@@ -240,7 +247,7 @@ def resource_graph(
     for index, name in enumerate(sorted({served[n.host] for n in nodes if n.host in served})):
         rabbit = rabbits[name]
         held = [node for node in nodes if served.get(node.host) == name]
-        vertex = graph.add(root, RABBIT_TYPE, name, id=index)
+        vertex = graph.add(root, RABBIT_TYPE, name, id=index, properties={"rabbit": name})
         for size in _chunks(rabbit.gib, max(chunks, len(held))):
             status = 0 if rabbit.usable else 1
             graph.add(

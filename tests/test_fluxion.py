@@ -112,7 +112,7 @@ def test_a_node_without_a_rabbit_is_never_given_to_a_dw_job_but_runs_others(stac
 
 def test_servers_name_exactly_the_rabbits_in_the_jobs_R(stack):
     jobid = stack.submit(XFS_60, nnodes=2, runtime=None)
-    stack.wait(jobid, state="RUN", timeout=120)
+    stack.wait_event(jobid, "start", timeout=120)  # PreRun was ready: Setup had its Servers
     try:
         placed = allocated_rabbits(job_R(stack, jobid))
         name = f"fluxjob-{stack.identity}-{jobid}"
@@ -134,3 +134,28 @@ def test_a_restart_between_proposal_and_release_does_not_rewrite_twice(stack):
     info = stack.wait(jobid, timeout=120)
     assert info.result == "COMPLETED", info.exception
     assert len([e for e in events(info, "jobspec-update") if "resources" in e["context"]]) == 1
+
+
+def test_a_chassis_request_gets_its_nodes_and_ssd_from_one_rabbit(stack):
+    """Jobspecs written for the existing integration's graph (rabbit = chassis) still work."""
+    from flux.job import Jobspec, submit
+
+    task = {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 1}]}
+    resources = [
+        {"type": "chassis", "count": 1, "with": [{"type": "node", "count": 2, "with": [task]}]}
+    ]
+    jobspec = Jobspec(
+        resources,
+        [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
+        version=1,
+        attributes={
+            "system": {"duration": 0, "dw": "#DW jobdw type=xfs capacity=30GiB name=scratch"}
+        },
+    )
+    jobid = int(submit(stack.flux._handle, jobspec))
+    info = stack.wait(jobid, timeout=120)
+    assert info.result == "COMPLETED", (info.exception, stack.flux.service_log()[-2000:])
+    update = [e for e in events(info, "jobspec-update") if "resources" in e["context"]][0]
+    assert update["context"]["resources"][0]["with"][-1]["count"] == 60  # 30 GiB x 2 nodes
+    placed = allocated_rabbits(job_R(stack, jobid))
+    assert len(placed) == 1 and len(next(iter(placed.values()))) == 2, placed

@@ -212,6 +212,19 @@ def test_rewrite_gives_each_node_its_share_under_a_rabbit_slot() -> None:
     assert NODE_REQUEST[0]["count"] == 4  # the input is not changed
 
 
+def test_a_slot_or_chassis_of_nodes_gets_their_ssd_beside_them() -> None:
+    inner = [{"type": "slot", "count": 1, "label": "task"}]
+    needs = [need("xfs", PER_COMPUTE, 10), need("ost", ACROSS_SERVERS, 60)]
+    for kind in ("slot", "chassis"):
+        top = {"type": kind, "count": 3, "with": [{"type": "node", "count": 2, "with": inner}]}
+        rewritten = rabbit_resources([top], needs, {})
+        # 6 nodes: 10 GiB each + 60/6 of Lustre = 20 GiB a node, 40 beside each pair
+        assert rewritten == [
+            {**top, "with": [*top["with"], {"type": "ssd", "count": 40, "exclusive": True}]}
+        ]
+        assert rabbit_resources(rewritten, needs, {}) is None
+
+
 def test_rewrite_is_done_once() -> None:
     rewritten = rabbit_resources(NODE_REQUEST, [need("xfs", PER_COMPUTE, 10)], {})
     assert rabbit_resources(rewritten, [need("xfs", PER_COMPUTE, 10)], {}) is None

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from flux_dws.cli.sources import SourceError
 from flux_dws.rabbits import (
     DEFAULT_CHUNKS,
+    RABBIT_TYPE,
     Rabbit,
     RabbitError,
     rabbit_inventory,
@@ -102,7 +103,7 @@ def live_objects(kubeconfig: str | None) -> tuple[dict[str, Any], list[dict[str,
 def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
     """One line for the admin: what went into the graph."""
     vertices = graph["scheduling"]["graph"]["nodes"]
-    placed = [v["metadata"]["name"] for v in vertices if v["metadata"]["type"] == "rabbit"]
+    placed = [v["metadata"]["name"] for v in vertices if v["metadata"]["type"] == RABBIT_TYPE]
     parts = sum(1 for v in vertices if v["metadata"]["type"] == "ssd")
     down = [r for r in placed if not rabbits[r].usable]
     gib = sum(rabbits[r].gib for r in placed)
