@@ -422,3 +422,13 @@ def test_dwssim_fails_setup_on_a_rabbit_short_of_capacity() -> None:
         wait_for(store, "third", settled("Proposal"), "settled in Proposal")
         allocate(store, "third", ("node0", "node1"))
         assert move(store, "third", "Setup")["status"]["ready"] is True
+
+
+def test_rabbit_graph_command_from_the_live_api(kubeapi, tmp_path: Path) -> None:
+    seed(kubeapi.store, rabbits=MAPPING, capacity=100 * GIB)
+    (tmp_path / "R.json").write_text(json.dumps(R))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["rabbit-graph", "-R", str(tmp_path / "R.json"), "--kubeconfig", kubeapi.kubeconfig]
+    assert main(argv, out=out, err=err) == 0, err.getvalue()
+    config, storages = objects()
+    assert json.loads(out.getvalue()) == resource_graph(R, rabbit_inventory(config, storages))
