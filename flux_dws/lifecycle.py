@@ -22,10 +22,11 @@ from typing import Any, Union
 
 from flux_dws.fsd import format_fsd
 from flux_dws.identity import FINALIZER
+from flux_dws.jobspec import release_update
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest
 from flux_dws.states import State
-from flux_dws.storage import JOBSPEC_STORAGE_KEY, AllocationNeed, jobspec_storage
+from flux_dws.storage import AllocationNeed, StorageError, jobspec_storage
 from flux_dws.workflow import ContainerState, WorkflowView
 
 #: Exception type flux-dws raises on jobs.
@@ -86,6 +87,8 @@ class JobView:
     request: DwRequest | None = None
     request_error: str = ""  # why system.dw / dw_timeout were refused, when they were
     hosts: tuple[str, ...] = ()  # compute nodes, once allocated
+    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) Fluxion allocated, if it did
+    resources: Any = None  # the jobspec's resources (updates included)
     started: bool = False  # the job's tasks were started
     exception: JobException | None = None  # first fatal exception, from anyone
     # recorded by flux-dws as job events (so they survive a restart of the service):
@@ -120,14 +123,16 @@ class SetDesiredState:
     """Ask DWS for ``state``; for Setup, first tell DWS where the job runs (``assign``).
 
     ``assign`` holds the job's compute nodes: they go into the workflow's Computes and each
-    rabbit's share of the storage into the Servers resources, then the state is asked for,
-    in one go.  Computes is only read from DataIn on; writing it with the Servers (as
-    flux-coral2 does) makes Setup -> DataIn a single patch.
+    rabbit's share of the storage into the Servers resources (on the rabbits Fluxion
+    allocated, when ``rabbits`` says; else as the SystemConfiguration maps the nodes), then
+    the state is asked for, in one go.  Computes is only read from DataIn on; writing it
+    with the Servers (as flux-coral2 does) makes Setup -> DataIn a single patch.
     """
 
     state: State
     hurry: bool = False
     assign: tuple[str, ...] = ()
+    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) from the job's R, if Fluxion
 
 
 @dataclass(frozen=True)
@@ -303,6 +308,7 @@ def _enter(
     now: float,
     hurry: bool = False,
     assign: tuple[str, ...] = (),
+    rabbits: tuple[tuple[str, str], ...] = (),
 ) -> list[Action]:
     """Ask for ``state``, then record on the job that we did (with its deadline).
 
@@ -313,7 +319,7 @@ def _enter(
     Asking again while an earlier request is still on its way is harmless (DWS admits staying
     in a state); recording it again would not be, so a state already recorded is not.
     """
-    ask = SetDesiredState(state, hurry=hurry, assign=assign)
+    ask = SetDesiredState(state, hurry=hurry, assign=assign, rabbits=rabbits)
     return [ask] if job.posted_state is state else [ask, _state_event(job, state, policy, now)]
 
 
@@ -344,9 +350,9 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
         if job.proposal is None:
             return [ReadProposal()]
         if phase is JobPhase.DEPEND:
-            return [ReleaseDependency({JOBSPEC_STORAGE_KEY: _storage(job)})]
+            return _release_dependency(job, policy)
         if phase is JobPhase.PROLOG:
-            return _enter(job, State.SETUP, policy, now, assign=job.hosts)
+            return _enter(job, State.SETUP, policy, now, assign=job.hosts, rabbits=job.rabbits)
         return []
     if phase is JobPhase.PROLOG:
         if state is State.SETUP:
@@ -361,9 +367,17 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
     return []
 
 
-def _storage(job: JobView) -> dict[str, Any]:
+def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
+    """Release the dependency with the storage needs (and, with rabbits in Fluxion's graph,
+    the rewritten resources) in the jobspec; a need over a site limit fails the job."""
     assert job.proposal is not None
-    return jobspec_storage(job.proposal.needs)
+    try:
+        update = release_update(
+            job.resources, job.proposal.needs, policy.storage_limits, policy.rabbit_scheduling
+        )
+    except StorageError as exc:
+        return _fail(job, f"cannot schedule the job's storage: {exc}")
+    return [ReleaseDependency(update)]
 
 
 def _teardown(job: JobView, wf: WorkflowView, now: float) -> list[Action]:

@@ -80,6 +80,8 @@ struct dwsjob {
     flux_job_state_t state;
     json_t *attributes;   // {dw, dw_timeout} as submitted
     json_t *hosts;        // expanded R execution.nodelist, [] until allocated
+    json_t *rabbits;      // rabbit -> [hosts] from R's scheduling JGF, {} if none
+    json_t *resources;    // jobspec resources, jobspec updates included
     json_t *dws;          // latest context of each dws-* event
     json_t *exception;    // first fatal exception {type, severity, note}, or NULL
 
@@ -433,13 +435,15 @@ static const char *job_phase (struct dwsjob *st)
  */
 static json_t *job_record (struct dwsjob *st)
 {
-    return json_pack ("{s:I s:I s:f s:s s:o s:o s:b s:o s:o}",
+    return json_pack ("{s:I s:I s:f s:s s:o s:o s:o s:o s:b s:o s:o}",
                       "id", (json_int_t)st->id,
                       "userid", st->userid,
                       "t_submit", st->t_submit,
                       "phase", job_phase (st),
                       "attributes", json_deep_copy (st->attributes),
                       "hosts", json_deep_copy (st->hosts),
+                      "rabbits", json_deep_copy (st->rabbits),
+                      "resources", json_deep_copy (st->resources),
                       "started", st->started,
                       "exception", st->exception ? json_deep_copy (st->exception)
                                                  : json_null (),
@@ -470,22 +474,93 @@ static json_t *hosts_from_R (json_t *R)
     return hosts;
 }
 
+/* The parent path of a JGF vertex ("/cluster0/rabbit-1/node3" -> "/cluster0/rabbit-1"),
+ * or NULL.  The caller frees it.
+ */
+static char *vertex_parent (json_t *vertex, const char **type, const char **name)
+{
+    const char *path = NULL;
+    const char *slash;
+
+    *type = *name = NULL;
+    if (json_unpack (vertex, "{s:{s:s s?s s:{s:s}}}",
+                     "metadata", "type", type, "name", name,
+                     "paths", "containment", &path) < 0
+        || !(slash = strrchr (path, '/')))
+        return NULL;
+    return strndup (path, slash - path);
+}
+
+/* Rabbit -> the job's hosts under it, from the JGF Fluxion put into R: a rabbit is the
+ * parent of an "ssd" vertex, and a node under the same parent is served by it
+ * (doc/protocol.rst; flux_dws/rabbits.py reads the same rule).  {} without ssd.
+ */
+static json_t *rabbits_from_R (json_t *R)
+{
+    json_t *vertices = NULL;
+    json_t *parents = json_object ();   // parent path of each ssd -> true
+    json_t *rabbits = json_object ();
+    json_t *vertex;
+    size_t index;
+    const char *type, *name;
+    char *parent;
+
+    if (!parents || !rabbits
+        || json_unpack (R, "{s:{s:{s:o}}}", "scheduling", "graph", "nodes", &vertices) < 0
+        || !json_is_array (vertices))
+        goto done;
+    json_array_foreach (vertices, index, vertex) {
+        if ((parent = vertex_parent (vertex, &type, &name))) {
+            if (streq (type, "ssd"))
+                json_object_set_new (parents, parent, json_true ());
+            free (parent);
+        }
+    }
+    json_array_foreach (vertices, index, vertex) {
+        if (!(parent = vertex_parent (vertex, &type, &name)))
+            continue;
+        if (streq (type, "node") && name && json_object_get (parents, parent)) {
+            const char *rabbit = strrchr (parent, '/') + 1;
+            json_t *hosts = json_object_get (rabbits, rabbit);
+            if (!hosts) {
+                hosts = json_array ();
+                json_object_set_new (rabbits, rabbit, hosts);
+            }
+            json_array_append_new (hosts, json_string (name));
+        }
+        free (parent);
+    }
+done:
+    json_decref (parents);
+    return rabbits ? rabbits : json_object ();
+}
+
 /* Refresh what the callback args say now: the job's state and, once allocated, hosts.
  */
 static void update_from_args (struct dwsjob *st, flux_plugin_arg_t *args)
 {
     int state;
     json_t *R = NULL;
+    json_t *jobspec = NULL;
+    json_t *resources;
 
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN,
-                                "{s:i s?o}", "state", &state, "R", &R) == 0) {
+                                "{s:i s?o s?o}", "state", &state, "R", &R,
+                                "jobspec", &jobspec) == 0) {
         st->state = state;
         if (R && json_array_size (st->hosts) == 0) {
             json_t *hosts = hosts_from_R (R);
             if (hosts) {
                 json_decref (st->hosts);
                 st->hosts = hosts;
+                json_decref (st->rabbits);
+                st->rabbits = rabbits_from_R (R);
             }
+        }
+        if (jobspec && (resources = json_object_get (jobspec, "resources"))
+            && !json_equal (resources, st->resources)) {
+            json_decref (st->resources);
+            st->resources = json_deep_copy (resources);
         }
     }
 }
@@ -618,6 +693,8 @@ static void dwsjob_destroy (struct dwsjob *st)
         dwsjob_detach (st);
         json_decref (st->attributes);
         json_decref (st->hosts);
+        json_decref (st->rabbits);
+        json_decref (st->resources);
         json_decref (st->dws);
         json_decref (st->exception);
         free (st);
@@ -644,6 +721,8 @@ static struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
     st->state = FLUX_JOB_STATE_NEW;
     if (!(st->attributes = json_object ())
         || !(st->hosts = json_array ())
+        || !(st->rabbits = json_object ())
+        || !(st->resources = json_array ())
         || !(st->dws = json_object ())) {
         dwsjob_destroy (st);
         return NULL;
@@ -1457,14 +1536,15 @@ static int release_method (struct plugin_ctx *ctx,
     bool ok = !update || json_is_object (update);
     if (ok && update) {
         json_object_foreach (update, key, value) {
-            if (strncmp (key, "attributes.", strlen ("attributes.")) != 0)
+            if (strncmp (key, "attributes.", strlen ("attributes.")) != 0
+                && !streq (key, "resources"))
                 ok = false;
         }
     }
     if (!ok)
         return fail (err, EPROTO,
                      "job-manager.dws.release: update must map attributes.* keys"
-                     " to values");
+                     " (or resources) to values");
     if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held)
         return fail (err, EINVAL, "job %ju is not waiting for its workflow",
                      (uintmax_t)st->id);

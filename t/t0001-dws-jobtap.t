@@ -150,11 +150,13 @@ test_expect_success 'list describes the waiting job (record contents in depend)'
     submit_ts=$(flux job eventlog -f json $waiting | head -1 | \
         flux python -c "import json,sys; print(repr(json.load(sys.stdin)[\"timestamp\"]))") &&
     dws_json list.json "len(r[\"jobs\"]) == 1" &&
-    dws_json list.json "r[\"jobs\"][0] == {
+    dws_json list.json "r[\"jobs\"][0][\"resources\"][0][\"type\"] in (\"node\", \"slot\")" &&
+    dws_json list.json "dict(r[\"jobs\"][0], resources=None) == {
         \"id\": $(dws_dec $waiting), \"userid\": $(id -u), \"t_submit\": $submit_ts,
         \"phase\": \"depend\",
         \"attributes\": {\"dw\": \"$DW\", \"dw_timeout\": {\"prerun\": \"10m\"}},
-        \"hosts\": [], \"started\": False, \"exception\": None,
+        \"hosts\": [], \"rabbits\": {}, \"resources\": None,
+        \"started\": False, \"exception\": None,
         \"dws\": {\"dws-waiting\": {\"reason\": \"flux-dws service is not running\"}}}"
 '
 
@@ -176,8 +178,8 @@ test_expect_success 'malformed requests get EPROTO/EINVAL/ENOENT/ENOSYS, the job
 	post	{"id": $id}	EINVAL: event name None must start with '"'"'dws-'"'"'
 	post	{"id": $id, "name": "dws-state", "context": []}	EPROTO: job-manager.dws.post: context must be an object
 	post	{"id": 12345, "name": "dws-state", "context": {}}	ENOENT: job 12345 is not held by the dws plugin
-	release	{"id": $id, "update": {"system.dw_storage": {}}}	EPROTO: job-manager.dws.release: update must map attributes.* keys to values
-	release	{"id": $id, "update": null}	EPROTO: job-manager.dws.release: update must map attributes.* keys to values
+	release	{"id": $id, "update": {"system.dw_storage": {}}}	EPROTO: job-manager.dws.release: update must map attributes.* keys (or resources) to values
+	release	{"id": $id, "update": null}	EPROTO: job-manager.dws.release: update must map attributes.* keys (or resources) to values
 	release	{"id": "5"}	EPROTO: job-manager.dws.release: id must be a job ID
 	release	{"id": true}	EPROTO: job-manager.dws.release: id must be a job ID
 	release	{"id": 12345}	ENOENT: job 12345 is not held by the dws plugin

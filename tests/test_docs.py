@@ -382,7 +382,16 @@ def test_toml_blocks_are_accepted_or_refused_as_shown():
     plugin = makefile_variable(ROOT / "jobtap" / "Makefile", "PLUGIN")
     for block in blocks:
         config = tomllib.loads(block.text)
-        assert set(config) <= {"dws", "job-manager", "ingest"}, block.where
+        assert set(config) <= {
+            "dws",
+            "job-manager",
+            "ingest",
+            "resource",
+            "sched-fluxion-resource",
+        }, block.where
+        # the service reads the rabbits a job got from the JGF Fluxion writes into its R
+        assert config.get("sched-fluxion-resource", {}).get("match-format", "rv1") == "rv1"
+        assert isinstance(config.get("resource", {}).get("path", ""), str), block.where
         first = block.text.splitlines()[0]
         if first.startswith("# Refused: "):
             with pytest.raises(PolicyError) as caught:
@@ -693,6 +702,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_breakdowns": lambda k: k.read_breakdowns(_workflow_stub(k)),
     "patch_servers": lambda k: k.patch_servers("nosuch", k.namespace, []),
     "read_system_configuration": lambda k: k.read_system_configuration(),
+    "list_storages": lambda k: k.list_storages(),
     "read_container_profile": lambda k: k.read_container_profile(_workflow_stub(k)),
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,

@@ -56,6 +56,8 @@ def job_view(
         request=request,
         request_error=request_error,
         hosts=tuple(record.get("hosts") or ()),
+        rabbits=_rabbits(record.get("rabbits")),
+        resources=record.get("resources"),
         started=bool(record.get("started")),
         exception=_exception(record.get("exception")),
         workflow_created="dws-workflow" in dws,
@@ -105,3 +107,14 @@ def _container(value: Any) -> ContainerState | None:
         return ContainerState(value.get("state"))
     except ValueError:
         return None
+
+
+def _rabbits(value: Any) -> tuple[tuple[str, str], ...]:
+    """(host, rabbit) pairs from the record's rabbit -> [hosts] map; () when it has none."""
+    if not isinstance(value, Mapping):
+        return ()
+    pairs = []
+    for rabbit, hosts in sorted(value.items()):
+        if isinstance(rabbit, str) and isinstance(hosts, list):
+            pairs.extend((h, rabbit) for h in hosts if isinstance(h, str))
+    return tuple(pairs)

@@ -59,6 +59,30 @@ def flux_pythonpath(flux: str) -> str:
     return out.stdout.strip()
 
 
+def fluxion_installed(flux: str | None = None) -> bool:
+    """Is Fluxion (flux-sched) installed beside flux-core?  It then schedules every instance."""
+    found = flux or flux_command()
+    if found is None:
+        return False
+    prefix = os.path.dirname(os.path.dirname(found))
+    return os.path.exists(
+        os.path.join(prefix, "lib", "flux", "modules", "sched-fluxion-qmanager.so")
+    )
+
+
+def plain_R(hosts: Sequence[str], cores: str = "0") -> dict[str, Any]:
+    """An RFC 20 R with one rank per host (the fake hosts of a test instance)."""
+    return {
+        "version": 1,
+        "execution": {
+            "R_lite": [{"rank": f"0-{len(hosts) - 1}", "children": {"core": cores}}],
+            "starttime": 0.0,
+            "expiration": 0.0,
+            "nodelist": [",".join(hosts)],
+        },
+    }
+
+
 def build_plugins(flux: str) -> dict[str, str]:
     """Build the jobtap and shell plugins; their paths by name."""
     env = {**os.environ, "PATH": f"{os.path.dirname(flux)}:{os.environ.get('PATH', '')}"}
@@ -111,6 +135,7 @@ class RealFlux:
         dws_table: Mapping[str, Any],
         *,
         flux: str | None = None,
+        R: Mapping[str, Any] | None = None,
     ) -> None:
         found = flux or flux_command()
         if found is None:
@@ -118,6 +143,7 @@ class RealFlux:
         self.flux = found
         self.hosts = list(hosts)
         self.dws_table = dict(dws_table)
+        self.R = R  # the instance's resources (with a JGF for Fluxion), or hosts from config
         self._tmp = tempfile.TemporaryDirectory(prefix="flux-dws-real-")
         self.workdir = Path(self._tmp.name)
         bindings = flux_pythonpath(self.flux)
@@ -149,10 +175,17 @@ class RealFlux:
         )
         # R names the fake hosts (and --test-hosts names the brokers to match), so the
         # compute nodes the plugin reports are the ones dwssim's SystemConfiguration knows.
-        (confdir / "resource.toml").write_text(
-            "[resource]\nnoverify = true\n[[resource.config]]\n"
-            f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
-        )
+        if self.R is not None:  # Fluxion reads the rabbits from R's scheduling key
+            (self.workdir / "R.json").write_text(json.dumps(self.R))
+            (confdir / "resource.toml").write_text(
+                f'[resource]\nnoverify = true\npath = "{self.workdir / "R.json"}"\n'
+                '[sched-fluxion-resource]\nmatch-format = "rv1"\n'
+            )
+        else:
+            (confdir / "resource.toml").write_text(
+                "[resource]\nnoverify = true\n[[resource.config]]\n"
+                f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
+            )
         shell_path = f"{os.path.dirname(plugins['dws-env.so'])}"
         uri_file = self.workdir / "uri"
         hostlist = ",".join(self.hosts)

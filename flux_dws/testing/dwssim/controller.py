@@ -33,6 +33,7 @@ from flux_dws.errors import DirectiveError
 from flux_dws.states import State, Status
 from flux_dws.storage import rabbit_map
 from flux_dws.testing.dwssim import companions as cmp
+from flux_dws.testing.dwssim.capacity import CapacityLedger, requested
 from flux_dws.testing.dwssim.containers import (
     PROFILE_NAMESPACE,
     PROFILE_PLURAL,
@@ -142,6 +143,7 @@ class DwsSim:
         self._rng = random.Random(seed)
         self._free_ports = sorted(set(ports))
         self._ports: dict[str, tuple[int, ...]] = {}
+        self.capacity = CapacityLedger()
         self._entered: dict[str, dict[State, float]] = {}  # uid -> state -> clock on entry
         self._parsed: dict[str, dict[int, Directive | DirectiveError]] = {}
         self._timers: list[_Due] = []
@@ -430,6 +432,7 @@ class DwsSim:
     def _forget(self, workflow: Mapping[str, Any]) -> None:
         uid = (workflow.get("metadata") or {}).get("uid", "")
         self._release_ports(uid)
+        self.capacity.release(uid)
         self._parsed.pop(uid, None)
         self._entered.pop(uid, None)
 
@@ -623,8 +626,27 @@ class DwsSim:
                 WLM,
                 "Fatal",
             ).fail()
+        short = self.capacity.take(
+            (meta.get("uid", ""), d.index), requested(servers), self._rabbit_capacity()
+        )
+        if short is not None:
+            return ResourceError(
+                f"{short}: insufficient capacity available",
+                f"allocating {shown} on {short}: insufficient capacity available",
+                WLM,
+                "Fatal",
+            ).fail()
         self._set_status("servers", servers, cmp.servers_status(servers, _now()))
         return Complete()
+
+    def _rabbit_capacity(self) -> dict[str, int | None]:
+        """Rabbit -> status.capacity of its Storage resource (None where it reports none)."""
+        items, _ = self._store.list("storages", cmp.STORAGE_NAMESPACE, shared=True)
+        found: dict[str, int | None] = {}
+        for item in items:
+            capacity = (item.get("status") or {}).get("capacity")
+            found[item["metadata"]["name"]] = capacity if isinstance(capacity, int) else None
+        return found
 
     def _prerun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         meta = wf["metadata"]
@@ -667,6 +689,7 @@ class DwsSim:
     def _teardown(self, wf: dict[str, Any], d: Directive) -> Outcome:
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
+        self.capacity.release(wf["metadata"].get("uid", ""))
         return Complete()
 
     def _elapsed(self, wf: Mapping[str, Any], state: State) -> float:

@@ -120,6 +120,12 @@ def apply_jobspec_update(jobspec: dict[str, Any], update: dict[str, Any]) -> Non
         node[last] = copy.deepcopy(value)
 
 
+def node_resources(nnodes: int) -> list[dict[str, Any]]:
+    """The resources `flux run -N nnodes -n nnodes` asks for (RFC 14)."""
+    task = {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 1}]}
+    return [{"type": "node", "count": nnodes, "with": [task]}]
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """A copy of one job as the job-manager saw it at one instant."""

@@ -32,6 +32,7 @@ from flux_dws.testing.fakeflux.jobs import (
     JobInfo,
     apply_jobspec_update,
     job_result,
+    node_resources,
     state_rank,
     wait_status,
 )
@@ -275,7 +276,11 @@ class FakeFlux:
             id=self._ids.next(now),
             userid=userid,
             t_submit=now,
-            jobspec={"version": 1, "attributes": {"system": system}},
+            jobspec={
+                "version": 1,
+                "resources": node_resources(nnodes),
+                "attributes": {"system": system},
+            },
             submitted=copy.deepcopy(system),
             nnodes=nnodes,
             runtime=runtime,

@@ -113,6 +113,8 @@ def job_record(job: Job) -> dict[str, Any]:
                 k: job.submitted[k] for k in (DW_KEY, TIMEOUT_KEY) if k in job.submitted
             },
             "hosts": job.hosts,
+            "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)
+            "resources": job.jobspec.get("resources", []),
             "started": job.started,
             "exception": None if exc is None else {k: exc[k] for k in ("type", "severity", "note")},
             "dws": dws,
@@ -324,10 +326,12 @@ class DwsPlugin:
         job = self._dw_job(req)
         update = req.payload.get("update", {})
         if not isinstance(update, dict) or not all(
-            isinstance(k, str) and k.startswith("attributes.") for k in update
+            isinstance(k, str) and (k.startswith("attributes.") or k == "resources") for k in update
         ):
             raise RpcError(
-                errno.EPROTO, "job-manager.dws.release: update must map attributes.* keys to values"
+                errno.EPROTO,
+                "job-manager.dws.release: update must map attributes.* keys (or resources) to"
+                " values",
             )
         if job.state != "DEPEND" or NAME not in job.dependencies:
             raise RpcError(errno.EINVAL, f"job {job.id} is not waiting for its workflow")
