@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from flux_dws.directives import parse_directives
+from flux_dws.directives import parse_directives, parse_size
 from flux_dws.errors import DirectiveError, PolicyError
 from flux_dws.frozen import FrozenMap
 from flux_dws.fsd import format_fsd, parse_fsd
@@ -96,6 +96,7 @@ class Policy:
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -192,6 +193,24 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     return value
 
 
+#: The most of one container's log a site may keep: the job's KVS is not a log store.
+MAX_LOG_SIZE = 16 * 1024 * 1024
+
+
+def _log_size(value: object, key: str) -> int:
+    """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
+    if isinstance(value, str):
+        try:
+            size = 0 if value.strip() in ("0", "0B") else parse_size(value)
+        except DirectiveError as exc:
+            raise _fail(key, str(exc)) from None
+    else:
+        size = _count(value, key, zero=" (no logs)")
+    if size > MAX_LOG_SIZE:
+        raise _fail(key, f"must be at most 16MiB, not {size} bytes")
+    return size
+
+
 def _instance(value: object, key: str) -> str:
     text = _string(value, key)
     try:
@@ -267,6 +286,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "heartbeat": ("heartbeat", _interval),
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
+    "container-log-size": ("container_log_size", _log_size),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 
