@@ -39,6 +39,7 @@ UNKNOWN = "Unknown"
 _STATUS_RANK = ("Failed", "Invalid", "Cancelled", UNKNOWN, SUCCESS)
 MESSAGE_LIMIT = 2048  # characters of status.message kept in the event
 ERROR_LIMIT = 300  # characters of the first error kept in the job's exception note
+_EXIT_STATUS = re.compile(r"^\s*exit status \d+:\s*")
 _BYTES = re.compile(r"\((\d+) bytes\)")
 _ERROR_LINE = re.compile(r"\b(error|failed|cannot|could not|no such|denied|invalid)\b", re.I)
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -203,12 +204,11 @@ def first_error(message: str) -> str:
     nnf-dm stores ``<exit status>: <dcp output>``; dcp names the file it could not copy on an
     ERROR line.  The first line that reads like an error wins, else the first line.
     """
-    lines = [line.strip() for line in message.replace("\r", "\n").split("\n") if line.strip()]
+    text = _EXIT_STATUS.sub("", message, count=1)
+    lines = [line.strip() for line in text.replace("\r", "\n").split("\n") if line.strip()]
     if not lines:
-        return ""
-    chosen = next((line for line in lines[1:] if _ERROR_LINE.search(line)), None)
-    if chosen is None:
-        chosen = lines[0]
+        return _bounded(message.strip(), ERROR_LIMIT)
+    chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0])
     return _bounded(chosen, ERROR_LIMIT)
 
 
