@@ -24,8 +24,6 @@ OUTPUT_VERSION = 1
 CONTAINER_LABEL = "nnf.cray.hpe.com/container"
 #: At most this many containers have their logs read (a job may have a pod per rabbit).
 MAX_CONTAINERS = 64
-#: Log requests ask for this many lines at most, then fewer while a line is too long.
-TAIL_LINES = (2000, 200, 20, 1)
 
 
 @dataclass(frozen=True)
@@ -154,6 +152,17 @@ def _container(
         return ContainerStatus(pod, name, "running", None, "", restarts)
     why = _bounded(_text(pod_status.get("reason")), 200)
     return ContainerStatus(pod, name, "unknown", None, why, restarts)
+
+
+def tail_lines(limit: int) -> tuple[int, ...]:
+    """How many lines to ask for, in turn: enough to fill ``limit`` bytes with short lines,
+    then a tenth as many each time the answer was too large (very long lines)."""
+    lines = max(limit // 8, 100)
+    ladder = []
+    while lines > 1:
+        ladder.append(lines)
+        lines //= 10
+    return (*ladder, 1)
 
 
 def tail(data: bytes, limit: int) -> tuple[str, bool]:

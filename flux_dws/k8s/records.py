@@ -18,13 +18,13 @@ from flux_dws.k8s.errors import KubeError
 from flux_dws.k8s.resources import NNF_GROUP
 from flux_dws.output import (
     MAX_CONTAINERS,
-    TAIL_LINES,
     ContainerOutput,
     SavedOutput,
     assemble,
     container_selector,
     pod_containers,
     tail,
+    tail_lines,
 )
 
 DATA_MOVEMENTS = "nnfdatamovements"
@@ -79,14 +79,14 @@ def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) 
             outputs.append(ContainerOutput(status, error="logs are not saved ([dws] setting)"))
             continue
         try:
-            data = _read_tail(kube, status.pod, namespace, status.name, limit)
+            data, more = _read_tail(kube, status.pod, namespace, status.name, limit)
         except KubeError as exc:
             if not permanent(exc):
                 raise
             outputs.append(ContainerOutput(status, error=exc.message or str(exc)))
             continue
         text, truncated = tail(data, limit)
-        outputs.append(ContainerOutput(status, log=text, truncated=truncated))
+        outputs.append(ContainerOutput(status, log=text, truncated=truncated or more))
     return assemble(outputs, limit=limit, skipped=skipped)
 
 
@@ -107,12 +107,18 @@ def _list_pods(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
-def _read_tail(kube: KubeClient, pod: str, namespace: str, container: str, limit: int) -> bytes:
-    """The end of a container's log: at most TAIL_LINES lines, fewer while the answer fills
-    the byte bound (then its last line may be cut, and the tail would not be the end)."""
+def _read_tail(
+    kube: KubeClient, pod: str, namespace: str, container: str, limit: int
+) -> tuple[bytes, bool]:
+    """The end of a container's log, and whether older output was left out.
+
+    The server cuts an answer after ``limitBytes`` from its start, so the tail is asked for in
+    lines: ``tail_lines(limit)`` of them, fewer while the answer fills the byte bound (a line
+    too long to fit; then the one line left may be cut).
+    """
     bound = max(limit * 4, 4096)
-    data = b""
-    for lines in TAIL_LINES:
+    data, more = b"", False
+    for lines in tail_lines(limit):
 
         def fetch(lines: int = lines) -> bytes:
             response = kube._core.read_namespaced_pod_log(
@@ -126,9 +132,9 @@ def _read_tail(kube: KubeClient, pod: str, namespace: str, container: str, limit
             )
             return bytes(response.data)
 
-        data = kube._call(
-            "get", "pod log", f"{namespace}/{pod}/{container}", fetch, timeout_arg=False
-        )
+        where = f"{namespace}/{pod}/{container}"
+        data = kube._call("get", "pod log", where, fetch, timeout_arg=False)
+        more = data.count(b"\n") >= lines
         if len(data) < bound:
-            return data
-    return data
+            return data, more
+    return data, True

@@ -25,7 +25,7 @@ CONTAINER_LABEL = "nnf.cray.hpe.com/container"
 DIRECTIVE_INDEX_LABEL = "nnf.cray.hpe.com/directive_index"
 STARTED, ENDED = "started", "ended"
 #: Lines an ok container prints: enough that a 64 KiB tail keeps only the end.
-OK_LINES = 2000
+OK_LINES = 4000
 
 
 def pods(
@@ -97,7 +97,7 @@ def _state(settings: ProfileSettings, role: str, stage: str) -> tuple[dict[str, 
     if stage == STARTED:
         return {"state": {"running": {}}, "restartCount": 0}, "\n".join(head) + "\n"
     if kind is Behavior.OK or role == "worker":
-        lines = head + [f"step {i} of {OK_LINES}: ok" for i in range(1, OK_LINES + 1)]
+        lines = head + [f"step {i} of {OK_LINES}: checksum ok" for i in range(1, OK_LINES + 1)]
         lines.append("done: exiting 0")
         return _ended(0, "Completed", 0), "\n".join(lines) + "\n"
     if kind is Behavior.EXIT_NONZERO:
