@@ -29,10 +29,23 @@ log = logging.getLogger("flux-dws")
 
 #: Plugin errors that say the output can never be saved this way (not worth a retry).
 _UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.E2BIG})
+#: Reads that fail this many times in a row are given up (noted in the record) so the job
+#: goes on: a record is worth a short wait, never a wedged job.
+ATTEMPTS = 5
 
 
 class RecordRunner:
     """``_do_RecordCopies`` and ``_do_SaveOutput``; a mixin of Service, beside ActionRunner."""
+
+    def _give_up(self, tracked: Tracked, what: str) -> bool:
+        """Count one more failure of ``what`` for the job; True once it is time to stop."""
+        failures: dict[tuple[int, str], int] = self.__dict__.setdefault("_record_failures", {})
+        key = (tracked.jobid, what)
+        failures[key] = failures.get(key, 0) + 1
+        if failures[key] < ATTEMPTS:
+            return False
+        del failures[key]
+        return True
 
     def _do_RecordCopies(self, tracked: Tracked, action: lc.RecordCopies, done: Done) -> None:
         wf = tracked.workflow
@@ -51,8 +64,12 @@ class RecordRunner:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is not None:
-                done(f"reading data movements: {_error_text(exc)}")
-                return
+                error = f"reading data movements: {_error_text(exc)}"
+                if not self._give_up(tracked, "copies"):
+                    done(error)
+                    return
+                log.error("job %d: %s; recording the copies without it", tracked.jobid, error)
+                result = ([], f"could not read the NnfDataMovements: {_error_text(exc)}")
             objects, problem = result
             records = copy_records(action.state, wf.directives, objects, problem=problem)
             records = [r for r in records if r.index in action.indices]
@@ -87,15 +104,20 @@ class RecordRunner:
 
         def settle(saved: SavedOutput | None, exc: BaseException | None) -> None:
             if exc is not None:
-                done(f"reading container output: {_error_text(exc)}")
-                return
+                error = f"reading container output: {_error_text(exc)}"
+                if not self._give_up(tracked, "output"):
+                    done(error)
+                    return
+                log.error("job %d: %s; going on without it", jobid, error)
+                saved = SavedOutput(note=f"no container output: {_error_text(exc)}", limit=limit)
             assert saved is not None
             if not saved.containers:  # nothing to keep: say why on the event alone
                 post(saved, "")
                 return
 
             def stored(_response: Any, error: RpcError | None) -> None:
-                if error is not None and error.errnum not in _UNSAVABLE:
+                retry = error is not None and error.errnum not in _UNSAVABLE
+                if retry and not self._give_up(tracked, "save"):
                     done(f"save: {error}")
                     return
                 post(saved, f"not saved: {error.message}" if error is not None else "")

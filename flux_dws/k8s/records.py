@@ -83,7 +83,7 @@ def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) 
         except KubeError as exc:
             if not permanent(exc):
                 raise
-            outputs.append(ContainerOutput(status, error=exc.message or str(exc)))
+            outputs.append(ContainerOutput(status, error=exc.what or str(exc)))
             continue
         text, truncated = tail(data, limit)
         outputs.append(ContainerOutput(status, log=text, truncated=truncated or more))
