@@ -672,11 +672,15 @@ class DwsSim:
     ) -> None:
         """The container pods at ``stage``, and their logs (as the kubelet keeps them)."""
         logs = logs_of(self._store)
-        for pod, texts in pd.pods(wf, index, settings, nodes, stage):
+        built = pd.pods(wf, index, settings, nodes, stage)
+        for pod, texts in built:
             meta = pod["metadata"]
             self._ensure("pods", pod)
             for container, text in texts.items():
                 logs.write(meta["namespace"], meta["name"], container, text)
+        if stage == pd.ENDED:  # pods not part of the end (MPI workers) are gone
+            keep = {pod["metadata"]["name"] for pod, _ in built}
+            self._delete_labelled(wf, "pods", keep=keep)
 
     def _data_movement(self, wf: dict[str, Any], d: Directive) -> Outcome:
         """copy_in in DataIn, copy_out in DataOut: NnfDataMovements, finished at once."""
@@ -714,8 +718,11 @@ class DwsSim:
             self._delete_labelled(wf, "pods" if d.command == "container" else dm.PLURAL)
         return Complete()
 
-    def _delete_labelled(self, wf: Mapping[str, Any], plural: str) -> None:
-        """Delete ``plural`` objects carrying the workflow's labels (in any namespace)."""
+    def _delete_labelled(
+        self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
+    ) -> None:
+        """Delete ``plural`` objects carrying the workflow's labels (in any namespace), but
+        those named in ``keep``."""
         meta = wf["metadata"]
         selector = (
             f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
@@ -724,6 +731,8 @@ class DwsSim:
         items, _ = self._store.list(plural, None, selector, shared=True)
         for item in items:
             where = item["metadata"]
+            if where["name"] in keep:
+                continue
             try:
                 self._store.delete(plural, where["namespace"], where["name"], shared=True)
                 self._count(plural)

@@ -9,6 +9,7 @@ PostRun has a verdict) with the container status and the log each behaviour give
 - ok: runs, prints its progress, exits 0 (Completed);
 - exit-nonzero: runs, prints an error naming the file it missed, exits 1 (Error);
 - crash-loop: the launcher segfaults on every attempt (exit 139, restarts = retryLimit);
+  an MPI job's workers are removed when its launcher is done (cleanPodPolicy Running);
 - hang: runs until PostRun's deadline kills it (exit 137, pod DeadlineExceeded);
 - never-start: stays ContainerCreating (no log); start-fail: ErrImagePull (no log).
 """
@@ -38,13 +39,14 @@ def pods(
     """(pod, {container: log}) for every pod of the container directive at ``stage``."""
     name = workflow["metadata"]["name"]
     if settings.mpi:
-        roles = [("launcher", f"{name}-launcher", None)]
-        roles += [("worker", f"{name}-worker-{i}", node) for i, node in enumerate(nodes)]
+        roles = [("mpi-launcher", f"{name}-launcher", None)]
+        if stage == STARTED:  # the workers are removed once the launcher is done
+            roles += [("mpi-worker", f"{name}-worker-{i}", node) for i, node in enumerate(nodes)]
     else:
         roles = [("app", f"{name}-{node}", node) for node in nodes]
     built = []
     for role, pod_name, node in roles:
-        container = f"{settings.name}-{role}"
+        container = role
         meta = child_metadata(workflow, pod_name)
         meta["labels"].update({CONTAINER_LABEL: name, DIRECTIVE_INDEX_LABEL: str(index)})
         status, log = _state(settings, role, stage)
@@ -96,7 +98,7 @@ def _state(settings: ProfileSettings, role: str, stage: str) -> tuple[dict[str, 
     head = [f"dwssim-container: {role} starting (behavior {kind.value})"]
     if stage == STARTED:
         return {"state": {"running": {}}, "restartCount": 0}, "\n".join(head) + "\n"
-    if kind is Behavior.OK or role == "worker":
+    if kind is Behavior.OK:
         lines = head + [f"step {i} of {OK_LINES}: checksum ok" for i in range(1, OK_LINES + 1)]
         lines.append("done: exiting 0")
         return _ended(0, "Completed", 0), "\n".join(lines) + "\n"
