@@ -95,7 +95,7 @@ def _state(settings: ProfileSettings, role: str, stage: str) -> tuple[dict[str, 
             "message": f'failed to pull image "{_image(settings)}"',
         }
         return {"state": {"waiting": waiting}, "restartCount": 0}, None
-    head = [f"dwssim-container: {role} starting (behavior {kind.value})"]
+    head = [f"{role}: starting"]
     if stage == STARTED:
         return {"state": {"running": {}}, "restartCount": 0}, "\n".join(head) + "\n"
     if kind is Behavior.OK:
@@ -111,7 +111,11 @@ def _state(settings: ProfileSettings, role: str, stage: str) -> tuple[dict[str, 
         return _ended(1, "Error", 0), "\n".join(lines) + "\n"
     if kind is Behavior.CRASH_LOOP:
         attempts = settings.retry_limit + 1
-        lines = head + [f"attempt {attempts}: loading model", "Segmentation fault (core dumped)"]
+        lines = head + [
+            f"attempt {attempts}: rank 0: loading model",
+            "rank 0: Segmentation fault (core dumped)",
+            "mpirun: rank 0 exited on signal 11 (Segmentation fault)",
+        ]
         return _ended(139, "Error", settings.retry_limit), "\n".join(lines) + "\n"
     lines = head + [f"still working: step {i}" for i in range(1, 51)]  # hang, killed
     return _ended(137, "Error", 0), "\n".join(lines) + "\n"
