@@ -15,7 +15,7 @@ every part is bounded.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: The job's KVS key (under its job directory) that holds the saved output.
@@ -70,7 +70,6 @@ class SavedOutput:
     note: str = ""  # e.g. the pods were already gone
     limit: int = 0  # bytes of log kept per container
     skipped: int = 0  # containers beyond MAX_CONTAINERS, not read
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,7 +78,6 @@ class SavedOutput:
             "limit": self.limit,
             "skipped": self.skipped,
             "containers": [c.to_json() for c in self.containers],
-            **self.extra,
         }
 
     def event_summary(self) -> dict[str, Any]:
