@@ -298,3 +298,38 @@ def test_fakeflux_save_follows_the_protocol():
         with pytest.raises(PermissionError):
             flux.kvs_lookup(jobid, "dws.output", userid=4242)
         flux.cancel(jobid)
+
+
+# ----------------------------------------------------------------------------- dwssim
+
+
+@pytest.mark.parametrize(
+    "behavior, mpi, started, ended",
+    [
+        ("ok", False, "running", ("terminated", 0)),
+        ("exit-nonzero", False, "running", ("terminated", 1)),
+        ("crash-loop", True, "running", ("terminated", 139)),
+        ("hang", False, "running", ("terminated", 137)),
+        ("never-start", False, "waiting", ("waiting", None)),
+        ("start-fail", False, "waiting", ("waiting", None)),
+    ],
+)
+def test_dwssim_pods_end_as_their_behaviour_says(behavior, mpi, started, ended):
+    from flux_dws.testing.dwssim.containers import Behavior, ProfileSettings
+    from flux_dws.testing.dwssim.pods import ENDED, STARTED, pods
+
+    workflow = {"metadata": {"name": "wf", "namespace": "default", "uid": "u"}}
+    settings = ProfileSettings("p", Behavior(behavior), mpi=mpi, retry_limit=6)
+    nodes = ("rabbit-0", "rabbit-1")
+    first = pods(workflow, 1, settings, nodes, STARTED)
+    assert len(first) == (3 if mpi else 2)
+    assert {pod_containers(p)[0].state for p, _ in first} == {started}
+    last = pods(workflow, 1, settings, nodes, ENDED)
+    assert len(last) == (1 if mpi else 2)  # an MPI job's workers go with its launcher
+    for pod, logs in last:
+        assert pod["metadata"]["labels"]["nnf.cray.hpe.com/container"] == "wf"
+        (status,) = pod_containers(pod)
+        assert (status.state, status.exit_code) == ended
+        assert bool(logs) == (ended[0] == "terminated")
+        if behavior == "crash-loop":
+            assert status.restarts == 6 and "Segmentation fault" in logs[status.name]
