@@ -396,8 +396,6 @@ class DwsSim:
         if FINALIZER not in finalizers or len(finalizers) > 1:
             return
         self._delete_companions(workflow)
-        for plural in ("pods", dm.PLURAL):
-            self._delete_labelled(workflow, plural)
         self._release_ports(workflow["metadata"].get("uid", ""))
 
         def decide(current: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Timer]]:
@@ -407,6 +405,10 @@ class DwsSim:
 
         LOG.info("dwssim: workflow %s: deleted; companions removed", _who(workflow))
         self._write_workflow(workflow, decide)
+        # Teardown removed these already; a workflow deleted before it leaves them: after
+        # the finalizer, so that a deletion is not held up by them.
+        for plural in ("pods", dm.PLURAL):
+            self._delete_labelled(workflow, plural)
         self._forget(workflow)
 
     def _delete_companions(self, workflow: Mapping[str, Any]) -> None:
