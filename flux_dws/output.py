@@ -230,7 +230,10 @@ def _list(value: Any) -> list[Any]:
 
 
 def _text(value: Any) -> str:
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) else ""
+    """A string field, safe for Flux's JSON: no NUL, no lone surrogate (jansson refuses both)."""
+    if not isinstance(value, str):
+        return ""
+    return value.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
 
 
 def _int(value: Any) -> int | None:

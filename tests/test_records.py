@@ -333,3 +333,21 @@ def test_dwssim_pods_end_as_their_behaviour_says(behavior, mpi, started, ended):
         assert bool(logs) == (ended[0] == "terminated")
         if behavior == "crash-loop":
             assert status.restarts == 6 and "Segmentation fault" in logs[status.name]
+
+
+def test_text_from_kubernetes_is_safe_for_flux_json():
+    pod = {
+        "metadata": {"name": "p\ud800"},
+        "spec": {"containers": [{"name": "a"}]},
+        "status": {
+            "containerStatuses": [
+                {"name": "a", "state": {"terminated": {"exitCode": 1, "reason": "bad\x00\udfff"}}}
+            ]
+        },
+    }
+    (status,) = pod_containers(pod)
+    assert "\\ud" not in json.dumps([status.pod, status.reason])
+    (record, _) = copy_records(
+        State.DATAIN, DIRECTIVES, [dm(1, state="Finished", status="Failed", message="x\udc80")]
+    )
+    assert "\\udc80" not in json.dumps(record.to_event())
