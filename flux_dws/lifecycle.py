@@ -9,7 +9,8 @@ action is idempotent, so restart safety comes from the design rather than specia
 
 What flux-dws must remember across restarts it writes on the job as events (``dws-workflow``,
 ``dws-state`` with the absolute deadline, ``dws-transient``, ``dws-container``,
-``dws-proposal``) and reads back into the JobView; the workflow itself lives in Kubernetes.
+``dws-proposal``, ``dws-datamovement``) and reads back into the JobView; the workflow itself
+lives in Kubernetes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Union
 
+from flux_dws.copies import pending_copies
 from flux_dws.fsd import format_fsd
 from flux_dws.identity import FINALIZER
 from flux_dws.jobspec import release_update
@@ -98,6 +100,7 @@ class JobView:
     deadline: float | None = None  # dws-state: absolute deadline for posted_state
     transient: tuple[State, float] | None = None  # dws-transient: (state, since)
     container_recorded: ContainerState | None = None  # dws-container
+    copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
     proposal: ProposalInfo | None = None
 
@@ -177,6 +180,26 @@ class PostEvent:
 
 
 @dataclass(frozen=True)
+class RecordCopies:
+    """Read the workflow's NnfDataMovements and post one ``dws-datamovement`` per copy
+    directive of ``state`` in ``indices`` (in order); a failed copy fails the job with a note
+    naming the directive and its first error (the next decision sees that exception)."""
+
+    state: State
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SaveOutput:
+    """Save the containers' exit codes and log tails in the job's KVS, then post
+    ``dws-container`` (``event`` plus each container's exit code and reason).  Decided before
+    anything that could remove the pods (Teardown), and only while dws-container is not on the
+    job, so a restart in between saves the same output again, never twice over."""
+
+    event: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class DeleteWorkflow:
     """Remove our finalizer and delete the workflow (its companions go with it)."""
 
@@ -197,6 +220,8 @@ Action = Union[
     FinishEpilog,
     RaiseException,
     PostEvent,
+    RecordCopies,
+    SaveOutput,
     DeleteWorkflow,
     WakeAt,
 ]
@@ -222,6 +247,9 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
         return _without_workflow(job, workflow)
     actions: list[Action] = []
     actions += _record(job, workflow, policy, now)
+    copies = _unrecorded_copies(job, workflow)
+    if copies is not None:  # before anything moves on (or tears down) past the copies
+        return [*actions, copies]
     if workflow.desired_state is State.TEARDOWN:
         ending = _teardown(job, workflow, now)
         if any(isinstance(a, DeleteWorkflow) for a in ending):
@@ -238,6 +266,16 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     if wake is not None:
         actions.append(WakeAt(wake))
     return actions
+
+
+def _unrecorded_copies(job: JobView, wf: WorkflowView) -> RecordCopies | None:
+    """DataIn or DataOut is over (complete or failed) and some of its copies are not on the
+    job yet.  A user's cancel while data still moves records nothing: it did not end."""
+    state = wf.desired_state
+    if not (wf.complete or wf.failed) or state not in (State.DATAIN, State.DATAOUT):
+        return None
+    pending = pending_copies(wf.directives, state, job.copies_recorded)
+    return RecordCopies(state, pending) if pending else None
 
 
 def _released(wf: WorkflowView) -> bool:
@@ -457,14 +495,13 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     outcome = wf.container
     if outcome.state in _TERMINAL_CONTAINER and job.container_recorded is not outcome.state:
         events.append(
-            PostEvent(
-                "dws-container",
+            SaveOutput(
                 {
                     "state": outcome.state.value,
                     "phase": outcome.phase.value if outcome.phase else None,
                     "reason": outcome.reason,
                     "detail": outcome.detail,
-                },
+                }
             )
         )
     return events

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from flux_dws.directives import parse_directives
+from flux_dws.directives import parse_directives, parse_size
 from flux_dws.errors import DirectiveError, PolicyError
 from flux_dws.frozen import FrozenMap
 from flux_dws.fsd import format_fsd, parse_fsd
@@ -99,6 +99,7 @@ class Policy:
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
     rabbit_scheduling: bool = False  # Fluxion's graph holds rabbits: rewrite #DW jobspecs
     storage_limits: Mapping[str, StorageLimit] = field(default_factory=FrozenMap)
+    container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -194,6 +195,24 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     if value < least:
         raise _fail(key, f"must be {least}{zero if least == 0 else ''} or more, not {value}")
     return value
+
+
+#: The most of one container's log a site may keep: the job's KVS is not a log store.
+MAX_LOG_SIZE = 16 * 1024 * 1024
+
+
+def _log_size(value: object, key: str) -> int:
+    """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
+    if isinstance(value, str):
+        try:
+            size = 0 if value.strip() in ("0", "0B") else parse_size(value)
+        except DirectiveError as exc:
+            raise _fail(key, str(exc)) from None
+    else:
+        size = _count(value, key, zero=" (no logs)")
+    if size > MAX_LOG_SIZE:
+        raise _fail(key, f"must be at most 16MiB, not {size} bytes")
+    return size
 
 
 def _instance(value: object, key: str) -> str:
@@ -310,6 +329,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "api-threads": ("api_threads", partial(_count, least=2)),
     "rabbit-scheduling": ("rabbit_scheduling", _boolean),
     "storage": ("storage_limits", _storage_limits),
+    "container-log-size": ("container_log_size", _log_size),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

@@ -195,6 +195,11 @@ test_expect_success 'malformed requests get EPROTO/EINVAL/ENOENT/ENOSYS, the job
 	frobnicate	{}	ENOSYS: job-manager.dws.frobnicate: no such method
 	list	[]	EPROTO: request payload must be a JSON object
 	watch	{"service": true}	EPROTO: job-manager.dws.watch: a streaming request is required
+	save	{"id": $id, "key": "eventlog", "value": {}}	EINVAL: key '"'"'eventlog'"'"' must be dws.<name>[.<name>...]
+	save	{"id": $id, "key": "dws..x", "value": {}}	EINVAL: key '"'"'dws..x'"'"' must be dws.<name>[.<name>...]
+	save	{"id": $id, "value": {}}	EINVAL: key None must be dws.<name>[.<name>...]
+	save	{"id": $id, "key": "dws.x", "value": []}	EPROTO: job-manager.dws.save: value must be an object
+	save	{"id": 12345, "key": "dws.x", "value": {}}	ENOENT: job 12345 is not held by the dws plugin
 	EOF
     dws_expect malformed.tsv &&
     test "$(flux jobs -n -o "{state}" $waiting)" = DEPEND &&
@@ -220,6 +225,7 @@ test_expect_success 'a guest gets EPERM from every method' '
 	raise	{"id": $id, "type": "dws", "severity": 0, "note": "x"}	EPERM: job-manager.dws.raise: $only
 	post	{"id": $id, "name": "dws-state", "context": {}}	EPERM: job-manager.dws.post: $only
 	heartbeat	{}	EPERM: job-manager.dws.heartbeat: $only
+	save	{"id": $id, "key": "dws.x", "value": {}}	EPERM: job-manager.dws.save: $only
 	EOF
     FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 dws_expect guest.tsv
 '
@@ -254,6 +260,16 @@ test_expect_success 'post records dws-* events; the record keeps the latest of e
     dws_rpc list >posted.json &&
     dws_json posted.json "[j for j in r[\"jobs\"] if j[\"id\"] == $id][0][\"dws\"] == {
         \"dws-state\": {\"state\": \"Setup\", \"deadline\": None}, \"dws-workflow\": {}}"
+'
+
+test_expect_success 'save writes into the job KVS directory, which only its owner may read' '
+    dws_rpc save "{\"id\": $id, \"key\": \"dws.output\", \"value\": {\"a\": [1, \"x\"]}}" &&
+    flux job info $job dws.output >saved.out &&
+    echo "{\"a\":[1,\"x\"]}" >saved.expected &&
+    test_cmp saved.expected saved.out &&
+    test_must_fail env FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 \
+        flux job info $job dws.output 2>guest-info.err &&
+    grep "access is restricted to job/instance owner" guest-info.err
 '
 
 test_expect_success 'release applies the jobspec update and removes the dependency' '

@@ -51,7 +51,7 @@ from flux_dws.cli.sources import StackSource
 from flux_dws.directives import parse_directives
 from flux_dws.errors import DwsError, PolicyError, RequestError
 from flux_dws.fsd import parse_fsd
-from flux_dws.k8s import KubeClient, KubeError
+from flux_dws.k8s import KubeClient, KubeError, records
 from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
 from flux_dws.lifecycle import JobPhase, JobView, RaiseException, decide
 from flux_dws.policy import (
@@ -662,7 +662,8 @@ def rbac_grants() -> tuple[set[tuple[str, str, str]], dict[str, set[str]]]:
 
 
 def as_grants(counts: Mapping[tuple[str, str], int]) -> set[tuple[str, str, str]]:
-    return {(by_plural(plural).group, plural, verb) for verb, plural in counts}
+    """(group, resource, verb); a subresource ("pods/log") is in its resource's group."""
+    return {(by_plural(plural.split("/")[0]).group, plural, verb) for verb, plural in counts}
 
 
 WORKFLOW_ID = 4242
@@ -712,14 +713,41 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
 NO_REQUESTS = {"connect", "close", "request_counts", "workflow_name"}
 
 
+def _container_pod(kube: KubeClient, store: Any) -> None:
+    """One container pod of the stub workflow, started, so its log is read too."""
+    name = kube.workflow_name(WORKFLOW_ID)
+    labels = {"nnf.cray.hpe.com/container": name}
+    store.create(
+        "pods",
+        kube.namespace,
+        {
+            "metadata": {"name": f"{name}-rabbit-0", "labels": labels},
+            "spec": {"containers": [{"name": "app"}]},
+            "status": {"containerStatuses": [{"name": "app", "state": {"running": {}}}]},
+        },
+    )
+
+
+#: flux_dws.k8s.records: the reads for the job's records, each called once the same way.
+RECORD_EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
+    "read_data_movements": lambda k: records.read_data_movements(
+        k, k.workflow_name(WORKFLOW_ID), k.namespace
+    ),
+    "collect_output": lambda k: records.collect_output(
+        k, k.workflow_name(WORKFLOW_ID), k.namespace, 1024
+    ),
+}
+
+
 def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     public = {n for n in vars(KubeClient) if not n.startswith("_")} - {"counts"}
     assert public == set(EXERCISES) | NO_REQUESTS, "a KubeClient method's RBAC needs are unknown"
     kube = KubeClient.connect(
         namespace="default", identity="docs", kubeconfig=kubeapi.kubeconfig, timeout=5, retries=0
     )
+    _container_pod(kube, kubeapi.store)
     try:
-        for name, call in EXERCISES.items():
+        for name, call in {**EXERCISES, **RECORD_EXERCISES}.items():
             try:
                 call(kube)
             except KubeError as exc:
@@ -730,6 +758,7 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     grants, where = rbac_grants()
     assert used == grants
     assert where.pop("systemconfigurations") == {SYSTEM_CONFIGURATION[0]}
+    assert where.pop("nnfdatamovements") == {"*"}  # in nnf-dm-system and rabbit namespaces
     assert all(scopes == {Policy().namespace} for scopes in where.values()), where
 
 
@@ -795,6 +824,9 @@ def seen() -> Iterator[Seen]:
         )
         jobs["fatal"] = stack.submit(
             [JOBDW, "#DW DataIn action=error message=disk_full severity=Fatal"]
+        )
+        jobs["copy"] = stack.submit(
+            [JOBDW, "#DW copy_in source=/lus/missing/in destination=$DW_JOB_scratch/in"]
         )
         jobs["deleted"] = stack.submit([JOBDW, "#DW PreRun action=wait"])
         entered(stack, jobs["deleted"], State.PRERUN)

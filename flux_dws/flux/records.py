@@ -66,6 +66,7 @@ def job_view(
         deadline=_number(state_event.get("deadline")) if posted_state else None,
         transient=_transient(dws.get("dws-transient")),
         container_recorded=_container(dws.get("dws-container")),
+        copies_recorded=_copies(dws.get("dws-datamovement")),
         proposal=proposal,
     )
 
@@ -98,6 +99,16 @@ def _transient(value: Any) -> tuple[State, float] | None:
         return None
     state, since = _state(value.get("state")), _number(value.get("since"))
     return (state, since) if state is not None and since is not None else None
+
+
+def _copies(value: Any) -> tuple[State, int] | None:
+    """(state, directive index) of the latest dws-datamovement event."""
+    if not isinstance(value, Mapping):
+        return None
+    state, index = _state(value.get("state")), value.get("index")
+    if state is None or not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return state, index
 
 
 def _container(value: Any) -> ContainerState | None:

@@ -11,6 +11,7 @@ installed; nothing here imports ``flux`` at module load.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -318,6 +319,32 @@ class RealFlux:
         payload = {"id": jobid, "keys": ["eventlog"], "flags": 0}
         text = self._handle.rpc("job-info.lookup", payload).get()["eventlog"]
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def kvs_lookup(self, jobid: int, key: str, *, userid: int | None = None) -> str:
+        """``flux job info ID KEY`` (job-info.lookup), as ``userid`` when given: the instance
+        owner's connection then carries that user's credentials with the plain user role
+        (FLUX_HANDLE_USERID / FLUX_HANDLE_ROLEMASK, flux-core's own way of testing guest
+        access).  PermissionError or FileNotFoundError as FakeFlux raises them."""
+        env = self._env()
+        if userid is not None and userid != os.getuid():
+            env["FLUX_HANDLE_USERID"] = str(userid)
+            env["FLUX_HANDLE_ROLEMASK"] = "0x2"  # FLUX_ROLE_USER
+        done = subprocess.run(
+            [self.flux, "job", "info", str(jobid), key],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if done.returncode == 0:
+            return done.stdout.rstrip("\n")
+        error = done.stderr.strip()
+        if "restricted" in error or "Operation not permitted" in error:
+            raise PermissionError(errno.EPERM, error)
+        if "not found" in error or "No such file" in error:
+            raise FileNotFoundError(errno.ENOENT, error)
+        raise OSError(errno.EIO, error or f"flux job info exited {done.returncode}")
 
     def info(self, jobid: int) -> JobInfo:
         from flux.job import job_list_id

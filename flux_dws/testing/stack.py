@@ -298,6 +298,12 @@ class Stack:
         assert self.flux is not None
         return self.flux.wait(jobid, state, timeout=timeout)
 
+    def saved(self, jobid: int, key: str, *, userid: int | None = None) -> str:
+        """A key of the job's KVS directory read as ``userid`` would (job-info.lookup):
+        PermissionError for anyone but the job's owner and the instance owner."""
+        assert self.flux is not None
+        return self.flux.kvs_lookup(jobid, key, userid=userid)
+
     def cancel(self, jobid: int) -> None:
         assert self.flux is not None
         self.flux.cancel(jobid)

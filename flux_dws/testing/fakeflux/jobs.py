@@ -83,6 +83,7 @@ class Job:
     exception: dict[str, Any] | None = None  # context of the first fatal exception
     result: str | None = None
     timers: list[Any] = field(default_factory=list)  # the runtime timer, cancelled on exit
+    kvs: dict[str, str] = field(default_factory=dict)  # the job's KVS directory: key -> value
 
     @property
     def system(self) -> dict[str, Any]:
