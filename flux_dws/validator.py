@@ -58,8 +58,10 @@ def _load_own_package() -> None:
 _load_own_package()
 
 from flux_dws.errors import PolicyError, RequestError  # noqa: E402 - needs the package above
+from flux_dws.jobspec import check_per_node, directive_bytes_per_node, node_count  # noqa: E402
 from flux_dws.policy import TABLE, Policy, policy_from_table  # noqa: E402
 from flux_dws.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes  # noqa: E402
+from flux_dws.storage import StorageError  # noqa: E402
 
 LOG = logging.getLogger("flux-dws.validator")
 #: Seconds to wait for the broker's answer to config.get.
@@ -67,12 +69,21 @@ CONFIG_TIMEOUT = 30.0
 
 
 def validate_attributes(
-    system: Mapping[str, Any] | None, policy: Policy, userid: int, owner_uid: int
+    system: Mapping[str, Any] | None,
+    policy: Policy,
+    userid: int,
+    owner_uid: int,
+    resources: Any = None,
 ) -> str | None:
-    """The one-line reason to reject a job with these attributes.system, or None to accept."""
+    """The one-line reason to reject a job with these attributes.system (and jobspec
+    ``resources``, for the site's storage limits), or None to accept."""
     try:
-        request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
-    except RequestError as exc:
+        request = request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
+        if request is not None and policy.storage_limits:
+            nnodes = node_count(resources)
+            per_node = directive_bytes_per_node(request.directives, nnodes, policy.storage_limits)
+            check_per_node(per_node, policy.storage_limits)
+    except (RequestError, StorageError) as exc:
         return str(exc)
     return None
 
@@ -130,7 +141,8 @@ class DwsValidator:
                 f"#DW jobs are not accepted: this instance's DWS configuration is invalid "
                 f"({self.policy}); contact the administrator",
             )
-        reason = validate_attributes(system, self.policy, job.userid, self.owner_uid)
+        resources = job.jobspec.get("resources")
+        reason = validate_attributes(system, self.policy, job.userid, self.owner_uid, resources)
         return None if reason is None else (errno.EINVAL, reason)
 
 
