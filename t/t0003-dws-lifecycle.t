@@ -173,7 +173,7 @@ test_expect_success 'a container exiting non-zero fails the job after it ran' '
 
 test_expect_success 'flux dws logs shows the failed container: exit code and last lines' '
     id=$(flux job last) &&
-    flux python -m flux_dws logs $id >exit-nonzero.logs &&
+    "$DWS_PYTHON" -m flux_dws logs $id >exit-nonzero.logs &&
     grep "container app in pod .*: exit code 1 (Error)" exit-nonzero.logs &&
     grep -A1 "cannot open input /mnt/nnf/data/missing.dat" exit-nonzero.logs | tail -1 |
         grep "exiting with status 1" &&
