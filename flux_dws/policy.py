@@ -96,6 +96,7 @@ class Policy:
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -192,6 +193,21 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     return value
 
 
+def _address(value: object, key: str) -> tuple[str, int]:
+    """``PORT`` (on the loopback address) or ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = _string(value, key)
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
+        raise _fail(key, f"invalid address {text!r}: must be PORT or HOST:PORT (port 0-65535)")
+    return host, int(port)
+
+
 def _instance(value: object, key: str) -> str:
     text = _string(value, key)
     try:
@@ -267,6 +283,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "heartbeat": ("heartbeat", _interval),
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
+    "metrics-address": ("metrics_address", _address),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

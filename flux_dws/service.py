@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,14 +33,19 @@ from flux_dws.identity import JOBID_LABEL, owned_jobid
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.lifecycle import JobPhase
 from flux_dws.loop import Loop, Timer
+from flux_dws.notify import Notifier
 from flux_dws.policy import Policy
 from flux_dws.reconcile import startup_order
 from flux_dws.states import State
+from flux_dws.upkeep import Upkeep
 from flux_dws.workflow import view_workflow
 
 log = logging.getLogger("flux-dws")
 
 WATCH_RETRY_MAX = 30.0
+#: Errors that mean the connection to the Flux instance itself is gone (not just the plugin).
+INSTANCE_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNREFUSED})
+ERRORS_KEPT = 10  # the last errors, for `flux dws status`
 
 
 def worker_for(policy: Policy) -> KubeWorker:
@@ -76,6 +83,7 @@ class Service(ActionRunner):
         kube: KubeClient,
         owner_uid: int,
         worker: KubeWorker | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -87,7 +95,7 @@ class Service(ActionRunner):
         self.metrics = Metrics()
         self.synced = False  # the plugin's snapshot has arrived
         self.listed = False  # the first list of our workflows has been delivered
-        self._api_down_since: float | None = None
+        self.api_down_since: float | None = None
         self._api_alarm: Timer | None = None
         self._watch: WorkflowWatch | None = None
         self._cancel_records: Callable[[], None] | None = None
@@ -102,6 +110,15 @@ class Service(ActionRunner):
         self._inbox_queued = False
         self.window = ProposalWindow(policy.max_proposals)
         self.superseded = False  # another service took the job stream: this one stopped
+        self.instance_gone = False  # the Flux instance went away: this one stopped
+        self.role = "starting"  # then "active", or "standby" while another service is active
+        self.peer = ""  # the active service, as the plugin described it to a standby
+        self.started_at = time.time()
+        self.reconciled_at: float | None = None  # the first full decision pass
+        self.last_reconcile = 0.0  # seconds the last full pass took on the loop
+        self.heartbeat_ok: float | None = None  # the plugin last answered a heartbeat
+        self.errors: deque[tuple[float, str]] = deque(maxlen=ERRORS_KEPT)
+        self.upkeep = Upkeep(self, notifier)
 
     # ------------------------------------------------------------------ start / stop
 
@@ -110,15 +127,18 @@ class Service(ActionRunner):
         self._watch = WorkflowWatch(
             self.kube,
             self._on_workflow_event_thread,
-            on_health=lambda up, since: self.loop.call_soon(self._on_health, up, since),
+            on_health=lambda up, _since: self.upkeep.health.note(up, "workflow watch failed"),
             on_listed=lambda: self.loop.call_soon(self._on_listed),
         )
         self._watch.start()
         self._watch_records()
         self._heartbeat()
+        self.upkeep.start()
 
     def stop(self) -> None:
         """Stop watching; in-flight Kubernetes calls finish on their own."""
+        if not self._stopped:
+            self.upkeep.stop("stopping")
         self._stopped = True
         if self._cancel_records:
             self._cancel_records()
@@ -134,17 +154,55 @@ class Service(ActionRunner):
             return
 
         def answered(_response: Any, error: RpcError | None) -> None:
-            if error is not None:
+            if error is None:
+                self.heartbeat_ok = time.time()
+            elif error.errnum in INSTANCE_GONE:
+                self._instance_gone(error)
+            elif not self._stopped:
                 log.warning("heartbeat to the dws jobtap plugin failed: %s", error)
 
         self.jm.heartbeat(answered)
         self.loop.call_later(self.policy.heartbeat, self._heartbeat)
 
     def _watch_records(self) -> None:
-        self._cancel_records = self.jm.watch(self._on_records, self._on_records_lost)
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        self._cancel_records = self.jm.watch(
+            self._on_records, self._on_records_lost, who=me, on_standby=self._on_standby
+        )
+
+    def _on_standby(self, active: dict[str, Any]) -> None:
+        """The plugin keeps this service as a standby: another one is active."""
+        self.peer = describe_peer(active)
+        self.role = "standby"
+        log.warning(
+            "standby: the active flux-dws service for this instance is %s; this one (pid %d) "
+            "waits and takes over if it stops",
+            self.peer,
+            os.getpid(),
+        )
+
+    def _instance_gone(self, error: RpcError) -> None:
+        """The Flux instance went away (flux shutdown, broker exit): stop for good."""
+        if self._stopped:
+            return
+        log.error("the Flux instance is gone (%s); stopping", error.message)
+        self.instance_gone = True
+        self.stop()
+        self.loop.stop()
+
+    def note_error(self, message: str) -> None:
+        """Keep ``message`` among the last errors `flux dws status` shows."""
+        self.errors.append((time.time(), message))
+
+    def inbox_depth(self) -> int:
+        with self._inbox_lock:
+            return len(self._inbox)
 
     def _on_records_lost(self, error: RpcError) -> None:
         if self._stopped:
+            return
+        if error.errnum in INSTANCE_GONE:
+            self._instance_gone(error)
             return
         if error.errnum == errno.ECANCELED:  # the plugin gave the stream to a newer service
             log.error(
@@ -157,6 +215,8 @@ class Service(ActionRunner):
             return
         delay = self._records_retry
         self._records_retry = min(delay * 2, WATCH_RETRY_MAX)
+        self.note_error(f"lost the job stream from the dws jobtap plugin: {error}")
+        self.role = "starting"
         log.error(
             "lost the job stream from the dws jobtap plugin (%s); jobs stay held; "
             "reconnecting in %.1fs",
@@ -169,6 +229,13 @@ class Service(ActionRunner):
 
     def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
         self._records_retry = RETRY_MIN
+        if snapshot and self.role != "active":
+            log.info(
+                "active: this service (pid %d) is the active flux-dws service for this instance%s",
+                os.getpid(),
+                f", taking over from {self.peer}" if self.role == "standby" else "",
+            )
+            self.role = "active"
         if snapshot:
             held = {int(r["id"]) for r in records}
             for jobid, tracked in list(self.jobs.items()):
@@ -206,39 +273,48 @@ class Service(ActionRunner):
 
     def _kick_all(self) -> None:
         """Decide for every job: in-flight ones first, then new ones in submit order."""
+        began = time.perf_counter()
         order = startup_order(
             (t.jobid, t.workflow is not None, float((t.record or {}).get("t_submit", 0.0)))
             for t in self.jobs.values()
         )
         for jobid in order:
             self._kick(jobid)
+        if self.synced and self.listed:
+            self.last_reconcile = time.perf_counter() - began
+            if self.reconciled_at is None:
+                self.reconciled_at = time.time()
 
-    def _on_health(self, connected: bool, since: float) -> None:
-        """The watch found the API reachable or not: alarm if it stays down too long."""
+    def api_health(self, connected: bool, since: float, why: str = "") -> None:
+        """Requests found the API reachable or not (flux_dws.upkeep): alarm if it stays down."""
         if connected:
-            if self._api_down_since is not None:
+            if self.api_down_since is not None:
                 log.info("Kubernetes API reachable again; carrying on")
-            self._api_down_since = None
+            self.api_down_since = None
             if self._api_alarm:
                 self._api_alarm.cancel()
                 self._api_alarm = None
             return
-        if self._api_down_since is not None:
+        if self.api_down_since is not None:
             return
-        self._api_down_since = since
+        self.api_down_since = since
         log.warning(
-            "Kubernetes API unreachable; %d job(s) stay held, none is killed; "
+            "Kubernetes API unreachable (%s); %d job(s) stay held, none is killed; "
             "alarm if still down in %s",
+            why or "no answer",
             len(self.jobs),
             format_fsd(self.policy.api_alarm),
         )
         self._api_alarm = self.loop.call_at(since + self.policy.api_alarm, self._raise_api_alarm)
 
     def _raise_api_alarm(self) -> None:
-        since = self._api_down_since
+        since = self.api_down_since
         if since is None:
             return
         held = [t.jobid for t in self.jobs.values() if t.record is not None]
+        self.note_error(
+            f"Kubernetes API unreachable for more than {format_fsd(self.policy.api_alarm)}"
+        )
         log.error(
             "Kubernetes API unreachable for more than %s: %d #DW job(s) held and waiting; "
             "check the API server and the kubeconfig",
@@ -412,6 +488,7 @@ class Service(ActionRunner):
 
     def _chain_failed(self, tracked: Tracked, name: str, error: str) -> None:
         self.metrics.failures[name] += 1
+        self.note_error(f"job {tracked.jobid}: {name} failed: {error}")
         tracked.retry = min(max(tracked.retry * 2, RETRY_MIN), RETRY_MAX)
         log.warning(
             "job %d workflow %s: %s failed: %s; retrying in %.1fs",
@@ -425,6 +502,19 @@ class Service(ActionRunner):
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+
+def describe_peer(info: Any) -> str:
+    """'pid 123 on host1 (active since 12:00:01)' from the plugin's description, whatever it is."""
+    if not isinstance(info, dict):
+        return "another flux-dws service"
+    pid, host, since = info.get("pid"), info.get("host"), info.get("since")
+    text = f"pid {pid}" if isinstance(pid, int) and not isinstance(pid, bool) else "a service"
+    if isinstance(host, str) and host:
+        text += f" on {host[:64]}"
+    if isinstance(since, (int, float)) and not isinstance(since, bool) and since > 0:
+        text += f" (active since {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(since))})"
+    return text
 
 
 __all__ = ["Service", "Metrics", "Tracked"]

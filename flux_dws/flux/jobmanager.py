@@ -34,18 +34,32 @@ class JobManager:
         self.transport.rpc(method, payload, on_done)
 
     def watch(
-        self, on_records: RecordsCallback, on_lost: Callable[[RpcError], None]
+        self,
+        on_records: RecordsCallback,
+        on_lost: Callable[[RpcError], None],
+        *,
+        who: Mapping[str, Any] | None = None,
+        on_standby: Callable[[dict[str, Any]], None] | None = None,
     ) -> Callable[[], None]:
-        """Stream job records: the snapshot first, then every change (see the protocol)."""
+        """Stream job records: the snapshot first, then every change (see the protocol).
+
+        ``who`` ({"pid", "host"}) describes this service to the plugin.  While another
+        service is active the plugin answers ``{"standby": true, "active": {...}}`` first
+        (``on_standby(active)``); the snapshot follows if this one takes over.
+        """
 
         def on_response(response: Payload | None, error: RpcError | None) -> None:
             if error is not None:
                 on_lost(error)
+            elif response is not None and response.get("standby") is True:
+                if on_standby is not None:
+                    active = response.get("active")
+                    on_standby(active if isinstance(active, dict) else {})
             elif response is not None:
                 on_records(list(response.get("jobs", [])), bool(response.get("snapshot")))
 
         self.sent["watch"] = self.sent.get("watch", 0) + 1
-        return self.transport.stream("watch", {"service": True}, on_response)
+        return self.transport.stream("watch", {"service": True, **(who or {})}, on_response)
 
     def release(self, jobid: int, update: Mapping[str, Any], on_done: Callback) -> None:
         self._rpc("release", {"id": jobid, "update": dict(update)}, on_done)

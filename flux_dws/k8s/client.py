@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
@@ -129,6 +129,16 @@ class _AtMostEvery:
             configuration.refresh_api_key_hook = self
 
 
+class RequestObserver(Protocol):
+    """Told of every request attempt (API health, metrics); called on the calling thread."""
+
+    def attempt_started(self, verb: str, resource: str) -> Any:
+        """An attempt begins; the value returned comes back to ``attempt_ended``."""
+
+    def attempt_ended(self, token: Any, verb: str, code: int | None, attempt: int) -> None:
+        """It ended with HTTP status ``code`` (None: no HTTP answer); ``attempt`` > 1 is a retry."""
+
+
 class KubeClient:
     """The DWS and NNF requests of one Flux instance, in one namespace."""
 
@@ -153,6 +163,7 @@ class KubeClient:
         self.backoff_max = backoff_max
         self.host = api_client.configuration.host
         self.counts: Counter[str] = Counter()
+        self.observer: RequestObserver | None = None
         self._lock = threading.Lock()
         self._api = api_client
         self._custom = k8s.CustomObjectsApi(api_client)
@@ -222,6 +233,16 @@ class KubeClient:
             return dict(self.counts)
 
     # -- discovery -----------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """GET /version once, no retries: is the server answering at all (API health probe)?"""
+
+        def fetch() -> Any:
+            return k8s.VersionApi(self._api).get_code(
+                _preload_content=False, _request_timeout=self.timeout
+            )
+
+        self._call("get", "version", "/version", fetch, timeout_arg=False, retries=0)
 
     def served_groups(self) -> dict[str, ServedGroup]:
         """API group -> served versions, from the API server's discovery document."""
@@ -553,6 +574,7 @@ class KubeClient:
         *args: Any,
         retry_conflict: bool = False,
         timeout_arg: bool = True,
+        retries: int | None = None,
         **kwargs: Any,
     ) -> T:
         """One request with a timeout per attempt and bounded, jittered retries.
@@ -567,9 +589,15 @@ class KubeClient:
             attempt += 1
             self._count(verb)
             hint: float | None = None
+            observer = self.observer
+            token = observer.attempt_started(verb, resource) if observer else None
+            code: int | None = None
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                code = 200
+                return result
             except ApiException as exc:
+                code = exc.status or None
                 error = self._api_error(verb, resource, target, exc)
                 retryable = is_retryable_status(exc.status) or (
                     retry_conflict and exc.status == 409
@@ -581,10 +609,14 @@ class KubeClient:
                 error = _transport_error(verb, resource, target, exc)
                 retryable = True
                 cause = exc
+            finally:
+                if observer is not None:
+                    observer.attempt_ended(token, verb, code, attempt)
             if not retryable:
                 raise error from cause
-            if attempt > self.retries:
-                log.warning("%s; giving up after %d attempts", error, attempt)
+            if attempt > (self.retries if retries is None else retries):
+                if retries != 0:  # a probe's failure is the caller's to report
+                    log.warning("%s; giving up after %d attempts", error, attempt)
                 raise error from cause
             delay = max(hint or 0.0, self._backoff(attempt))  # Retry-After is a minimum
             log.info("%s; retry %d of %d in %.2fs", error, attempt, self.retries, delay)
