@@ -2,9 +2,15 @@
 
 Start-up is the only place that may block: it reads the instance's [dws] table, connects to
 Kubernetes (discovering the served DWS versions), and then hands everything to the reactor.
-A configuration that cannot work exits with EXIT_CONFIG (78, EX_CONFIG), which the systemd
-unit lists in RestartPreventExitStatus, so a typo is not restarted in a loop; an API server
-that is merely unreachable is retried (with backoff) while the jobs stay held.
+A configuration that cannot work exits with EXIT_CONFIG (78, EX_CONFIG); when there is no
+Flux instance to serve, or the one it served went away (``flux shutdown``), it exits with
+EXIT_UNAVAILABLE (69, EX_UNAVAILABLE).  The systemd unit lists both in
+RestartPreventExitStatus, so neither is restarted in a loop (the unit is bound to
+flux.service, which starts it again with the instance); an API server that is merely
+unreachable is retried (with backoff) while the jobs stay held.  SIGTERM ends it with 0.
+
+Under systemd (``Type=notify``) it reports through flux_dws.notify: STATUS= lines, READY=1
+after the first reconcile, WATCHDOG=1 from the event loop (flux_dws.upkeep).
 """
 
 from __future__ import annotations
@@ -22,8 +28,7 @@ from flux_dws.identity import check_identity, default_identity
 from flux_dws.policy import Policy, policy_from_table
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
-EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve
-EXIT_SUPERSEDED = 75  # EX_TEMPFAIL: another service took over this instance's jobs
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve, or it went away
 CONNECT_RETRY_MAX = 60.0  # seconds between attempts to reach an unreachable API at start-up
 
 log = logging.getLogger("flux-dws")
@@ -88,8 +93,11 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     from flux_dws.flux.jobmanager import JobManager
     from flux_dws.flux.reactor import FluxLoop, FluxTransport
     from flux_dws.k8s import KubeClient, KubeSetupError
+    from flux_dws.notify import Notifier
     from flux_dws.service import Service
 
+    notifier = Notifier()
+    notifier.status("connecting to Kubernetes")
     delay = 1.0
     while True:
         try:
@@ -106,15 +114,17 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
                 log.error("%s; not starting", exc)
                 return EXIT_CONFIG
             log.warning("%s; #DW jobs stay held; retrying in %.0fs", exc, delay)
-            time.sleep(delay)
+            notifier.status(f"Kubernetes unreachable at start-up; retrying: {exc}")
+            _sleep_pinging(notifier, delay)
             delay = min(delay * 2, CONNECT_RETRY_MAX)
     loop = FluxLoop(handle)
     service = Service(
         policy=policy,
         loop=loop,
-        jobmanager=JobManager(FluxTransport(handle)),
+        jobmanager=JobManager(FluxTransport(handle, defer=loop.call_soon)),
         kube=kube,
         owner_uid=int(handle.attr_get("security.owner")),
+        notifier=notifier,
     )
 
     def shutdown(*_: Any) -> None:
@@ -135,7 +145,17 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     loop.run()
     service.stop()
     kube.close()
-    return EXIT_SUPERSEDED if service.superseded else 0
+    notifier.close()
+    return EXIT_UNAVAILABLE if service.instance_gone else 0
+
+
+def _sleep_pinging(notifier: Any, seconds: float) -> None:
+    """Sleep, still telling the watchdog (if any) that start-up is alive."""
+    step = min(1.0, notifier.watchdog / 3) if notifier.watchdog else seconds
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        notifier.ping()
+        time.sleep(min(step, left))
 
 
 if __name__ == "__main__":

@@ -109,7 +109,6 @@ class Service(ActionRunner):
         self._inbox_lock = threading.Lock()
         self._inbox_queued = False
         self.window = ProposalWindow(policy.max_proposals)
-        self.superseded = False  # another service took the job stream: this one stopped
         self.instance_gone = False  # the Flux instance went away: this one stopped
         self.role = "starting"  # then "active", or "standby" while another service is active
         self.peer = ""  # the active service, as the plugin described it to a standby
@@ -185,7 +184,7 @@ class Service(ActionRunner):
         """The Flux instance went away (flux shutdown, broker exit): stop for good."""
         if self._stopped:
             return
-        log.error("the Flux instance is gone (%s); stopping", error.message)
+        log.warning("the Flux instance is gone (%s); stopping", error.message)
         self.instance_gone = True
         self.stop()
         self.loop.stop()
@@ -204,26 +203,22 @@ class Service(ActionRunner):
         if error.errnum in INSTANCE_GONE:
             self._instance_gone(error)
             return
-        if error.errnum == errno.ECANCELED:  # the plugin gave the stream to a newer service
-            log.error(
-                "another flux-dws service took over this instance's jobs (%s); stopping this one",
-                error.message,
-            )
-            self.superseded = True
-            self.stop()
-            self.loop.stop()
-            return
         delay = self._records_retry
         self._records_retry = min(delay * 2, WATCH_RETRY_MAX)
-        self.note_error(f"lost the job stream from the dws jobtap plugin: {error}")
         self.role = "starting"
+        self.loop.call_later(delay, self._watch_records)
+        if error.errnum == errno.ENOSYS and delay == RETRY_MIN:
+            # The plugin was unloaded.  At `flux shutdown` the instance follows within
+            # moments: the reconnection tells which, and only one line is logged.
+            log.debug("job stream ended (%s); reconnecting in %.1fs", error, delay)
+            return
+        self.note_error(f"lost the job stream from the dws jobtap plugin: {error}")
         log.error(
             "lost the job stream from the dws jobtap plugin (%s); jobs stay held; "
             "reconnecting in %.1fs",
             error,
             delay,
         )
-        self.loop.call_later(delay, self._watch_records)
 
     # ------------------------------------------------------------------ observations
 

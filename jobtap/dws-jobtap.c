@@ -507,6 +507,7 @@ static void reset_derived (struct dwsjob *st)
     json_decref (st->exception);
     st->exception = NULL;
     st->started = st->released = st->shells_gone = false;
+    st->t_start = 0.;
     st->dep_used = st->dep_held = false;
     st->prologs = 0;
     st->prolog_active = st->prolog_started = false;
@@ -1054,6 +1055,17 @@ static void start_prolog (struct dwsjob *st)
     st->prolog_requested = true;
 }
 
+/* A job that started before this broker did and was never released (cleanup off at
+ * shutdown, then an exec exception on restart): its shells died with the old
+ * instance, and no release will ever say so.
+ */
+static void note_shells_gone (struct dwsjob *st)
+{
+    if (st->started && !st->released && st->t_start > 0.
+        && st->t_start < st->ctx->broker_start)
+        st->shells_gone = true;
+}
+
 static void start_epilog (struct dwsjob *st)
 {
     char idbuf[32];
@@ -1097,8 +1109,7 @@ static int reconcile_cb (flux_plugin_t *p,
         case FLUX_JOB_STATE_CLEANUP:
             /* Started before this broker did and never released (cleanup off at
              * shutdown, exec exception): those shells died with the old instance. */
-            if (st->started && !st->released && st->t_start < st->ctx->broker_start)
-                st->shells_gone = true;
+            note_shells_gone (st);
             if (st->prologs == 0)
                 start_epilog (st);
             break;
@@ -1290,6 +1301,7 @@ static int state_cb (flux_plugin_t *p,
             }
             /* Hold the job from here whatever follows (a release may never come):
              * job_phase() says "epilog" only once its shells are gone. */
+            note_shells_gone (st);
             if (st->prologs == 0 && !st->prolog_requested)
                 start_epilog (st);
             break;

@@ -54,6 +54,7 @@ class Stack:
         api_process: bool = False,
         service_process: bool = False,
         backend: str = "fake",
+        realflux: Mapping[str, Any] | None = None,
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -61,6 +62,7 @@ class Stack:
         if backend not in ("fake", "flux"):
             raise ValueError(f"backend must be 'fake' or 'flux', not {backend!r}")
         self.backend = backend
+        self.realflux_options = dict(realflux or {})  # RealFlux keywords (persist, broker_env)
         self.identity = identity
         self.hosts = compute_names(hosts)
         self.api_process = api_process
@@ -98,7 +100,7 @@ class Stack:
             from flux_dws.testing.realflux import RealFlux
 
             table = {**self.table, "kubeconfig": self.kubeconfig}
-            self.flux = RealFlux(self.hosts, table).start()
+            self.flux = RealFlux(self.hosts, table, **self.realflux_options).start()
         else:
             self.flux = FakeFlux(
                 self.hosts, owner_uid=self.owner_uid, validator=self.validate
