@@ -96,6 +96,10 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     from flux_dws.notify import Notifier
     from flux_dws.service import Service
 
+    # Block SIGTERM/SIGINT before any thread starts (threads inherit the mask): the Flux
+    # reactor's signal watchers then get them, not a worker thread's default action.
+    stops = (signal.SIGTERM, signal.SIGINT)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     notifier = Notifier()
     notifier.status("connecting to Kubernetes")
     delay = 1.0
@@ -131,7 +135,7 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
         log.info("stopping; jobs stay held until the service runs again")
         loop.stop()
 
-    watchers = [handle.signal_watcher_create(s, shutdown) for s in (signal.SIGTERM, signal.SIGINT)]
+    watchers = [handle.signal_watcher_create(s, shutdown) for s in stops]
     for watcher in watchers:
         watcher.start()
     log.info(

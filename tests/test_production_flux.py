@@ -1,0 +1,126 @@
+"""Running the service in production, on a real Flux instance with the real jobtap plugin.
+
+- a hung API server (SIGSTOP) is alarmed within ``[dws] api-alarm``;
+- the service ends with its instance (`flux shutdown`): one line, exit status 69;
+- a started job whose ``release`` never comes (cleanup off, instance restart) is still held
+  from CLEANUP and gets its PostRun, DataOut and Teardown;
+- a second service waits as a standby and takes over when the active one is killed.
+
+Skipped where flux-core is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+from waiting import wait_for
+
+from flux_dws.daemon import EXIT_UNAVAILABLE
+from flux_dws.testing.realflux import flux_command
+from flux_dws.testing.stack import Stack
+
+pytestmark = pytest.mark.skipif(
+    flux_command() is None,
+    reason="flux-core is not installed (no flux on PATH or /opt/flux/bin): real Flux skipped",
+)
+
+JOBDW = "#DW jobdw type=xfs capacity=1GiB name=scratch"
+AFTER_RUN = ("PostRun", "DataOut", "Teardown")
+
+
+def asked(info) -> Counter[str]:
+    return Counter(e["context"]["state"] for e in info.events("dws-state"))
+
+
+def test_a_hung_api_server_is_alarmed_within_api_alarm() -> None:
+    config = {"heartbeat": "1s", "api-alarm": "5s"}
+    with Stack(config, hosts=2, backend="flux", api_process=True) as stack:
+        api = stack._process  # noqa: SLF001 (the kubeapi + dwssim process)
+        assert api is not None
+        wait_for(lambda: "job snapshot" in stack.flux.service_log(), "the service", 60)
+        os.kill(api.pid, signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            jobid = stack.submit(JOBDW, runtime=0.1)
+            event = stack.wait_event(jobid, "dws-api-unreachable", timeout=60)
+            noticed = time.monotonic() - stopped
+            log = stack.flux.service_log()
+            assert "WARNING: Kubernetes API unreachable" in log
+            assert "ERROR: Kubernetes API unreachable for more than 5s" in log
+            assert event["context"]["note"] == "Kubernetes API unreachable; the job waits"
+            print(f"hung API server alarmed {noticed:.1f}s after SIGSTOP")
+        finally:
+            os.kill(api.pid, signal.SIGCONT)
+        assert stack.wait(jobid, timeout=90).result == "COMPLETED"
+        wait_for(
+            lambda: "Kubernetes API reachable again" in stack.flux.service_log(), "recovery", 30
+        )
+
+
+def test_the_service_ends_with_its_instance() -> None:
+    with Stack({"heartbeat": "1s"}, hosts=2, backend="flux") as stack:
+        assert stack.wait(stack.submit(JOBDW, runtime=0.05), timeout=60).result == "COMPLETED"
+        before = len(stack.flux.service_log().splitlines())
+        stack.flux.shutdown()
+        assert stack.flux.service_exit(30) == EXIT_UNAVAILABLE
+        after = stack.flux.service_log().splitlines()[before:]
+        assert after == [
+            "flux-dws: WARNING: the Flux instance is gone (EPIPE: Broken pipe); stopping"
+        ]
+
+
+def test_a_started_job_without_release_is_torn_down_after_an_instance_restart() -> None:
+    options = {"persist": True, "broker_env": {"FLUX_DISABLE_JOB_CLEANUP": "t"}}
+    with Stack({"heartbeat": "1s"}, hosts=2, backend="flux", realflux=options) as stack:
+        jobid = stack.submit(JOBDW, runtime=None)
+        stack.wait_event(jobid, "start", timeout=60)
+        stack.flux.shutdown()  # cleanup off: the running job is not cancelled, never released
+        assert stack.flux.service_exit(30) == EXIT_UNAVAILABLE
+        stack.flux.restart()  # the exec system cannot reattach: an exec exception, no release
+        stack.flux.start_service()
+        info = stack.wait(jobid, timeout=120)
+        names = info.event_names()
+        assert "release" not in names[names.index("start") :]
+        assert names.index("exception") < names.index("epilog-start") < names.index("free")
+        assert all(asked(info)[state] == 1 for state in AFTER_RUN), asked(info)
+        assert names.index("epilog-finish") < names.index("free")
+        assert stack.workflows() == []
+
+
+def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:
+    with Stack({"heartbeat": "1s"}, hosts=2, backend="flux") as stack:
+        flux = stack.flux
+        wait_for(lambda: "job snapshot" in flux.service_log(), "the first service", 60)
+        standby_log = flux.workdir / "standby.log"
+        with open(standby_log, "w") as out:
+            standby = subprocess.Popen(
+                [sys.executable, "-m", "flux_dws.daemon"],
+                env=flux._env(),  # noqa: SLF001 (the instance's environment)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_for(lambda: "standby:" in standby_log.read_text(), "the standby", 60)
+            first = stack.submit(JOBDW, runtime=0.1)
+            assert stack.wait(first, timeout=60).result == "COMPLETED"  # the first one served it
+            assert "job snapshot" not in standby_log.read_text()
+            running = stack.submit(JOBDW, runtime=3)
+            stack.wait_event(running, "start", timeout=60)
+            stack.kill_service()  # SIGKILL the active one with a job running
+            wait_for(lambda: "taking over from pid" in standby_log.read_text(), "takeover", 10)
+            later = stack.submit(JOBDW, runtime=0.1)
+            for jobid in (running, later):
+                info = stack.wait(jobid, timeout=90)
+                assert info.result == "COMPLETED"
+                assert max(asked(info).values()) == 1, asked(info)  # nothing done twice
+                assert not info.events("dws-waiting")
+            assert standby.poll() is None
+        finally:
+            standby.send_signal(signal.SIGTERM)
+            assert standby.wait(30) == 0
