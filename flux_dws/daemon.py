@@ -150,7 +150,9 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     service.stop()
     kube.close()
     notifier.close()
-    return EXIT_UNAVAILABLE if service.instance_gone else 0
+    status = EXIT_UNAVAILABLE if service.instance_gone else 0
+    log.info("stopped (exit status %d)", status)
+    return status
 
 
 def _sleep_pinging(notifier: Any, seconds: float) -> None:
