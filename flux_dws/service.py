@@ -160,8 +160,21 @@ class Service(ActionRunner):
             elif not self._stopped:
                 log.warning("heartbeat to the dws jobtap plugin failed: %s", error)
 
-        self.jm.heartbeat(answered)
+        self.jm.heartbeat(answered, self.report())
         self.loop.call_later(self.policy.heartbeat, self._heartbeat)
+
+    def report(self) -> dict[str, Any]:
+        """What `flux dws status` shows of this service (sent with each heartbeat)."""
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": self.started_at,
+            "role": self.role,
+            "ready": self.reconciled_at is not None,
+            "status": self.upkeep.status_line(),
+            "api": {"reachable": self.api_down_since is None, "since": self.api_down_since},
+            "errors": [[when, text] for when, text in self.errors],
+        }
 
     def _watch_records(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname()}

@@ -64,7 +64,8 @@ struct watcher {
     json_t *sent;
     json_t *who;          // a service's {pid, host, since}, for a standby's logs
     char sender[64];      // the client's route (its heartbeats come from the same one)
-    double last_heard;    // a standby's last watch or heartbeat (reactor time)
+    double last_heard;    // the last watch or heartbeat from this client (reactor time)
+    json_t *report;       // the active service's last heartbeat report, for list
     struct watcher *next;
 };
 
@@ -703,6 +704,7 @@ static void watcher_destroy (struct watcher *w)
         flux_msg_decref (w->msg);
         json_decref (w->sent);
         json_decref (w->who);
+        json_decref (w->report);
         free (w);
     }
 }
@@ -1471,7 +1473,8 @@ static int watcher_start (struct plugin_ctx *ctx, struct watcher *w)
         return -1;
     }
     if (w->service) {
-        json_object_set_new (w->who, "since", json_real (reactor_now (ctx)));
+        w->last_heard = reactor_now (ctx);
+        json_object_set_new (w->who, "since", json_real (w->last_heard));
         service_back (ctx);
         service_alive (ctx);
     }
@@ -1607,8 +1610,28 @@ static int list_method (struct plugin_ctx *ctx,
                         struct rpc_error *err)
 {
     json_t *records = all_records (ctx);
+    struct watcher *active = active_service (ctx);
+    json_t *described = NULL;
+    int standbys = 0;
 
-    if (!records || !(*response = json_pack ("{s:o}", "jobs", records)))
+    for (struct watcher *w = ctx->standbys; w; w = w->next)
+        standbys++;
+    if (active
+        && (!(described = json_deep_copy (active->who))
+            || json_object_set_new (described, "heard",
+                                    json_real (reactor_now (ctx) - active->last_heard)) < 0
+            || json_object_set (described, "report",
+                                active->report ? active->report : json_null ()) < 0)) {
+        json_decref (described);
+        json_decref (records);
+        return fail (err, ENOMEM, "job-manager.dws.list: out of memory");
+    }
+    if (!records
+        || !(*response = json_pack ("{s:o s:{s:o s:i}}",
+                                    "jobs", records,
+                                    "service",
+                                      "active", described ? described : json_null (),
+                                      "standbys", standbys)))
         return fail (err, ENOMEM, "job-manager.dws.list: out of memory");
     return 0;
 }
@@ -1813,9 +1836,16 @@ static int heartbeat_method (struct plugin_ctx *ctx,
                              struct rpc_error *err)
 {
     struct watcher *active = active_service (ctx);
+    json_t *report = json_object_get (payload, "report");
 
-    if (active && (same_sender (active, msg) || !active->sender[0]))
+    if (active && (same_sender (active, msg) || !active->sender[0])) {
         service_alive (ctx);
+        active->last_heard = reactor_now (ctx);
+        if (json_is_object (report)) {
+            json_decref (active->report);
+            active->report = json_incref (report);
+        }
+    }
     else {
         for (struct watcher *w = ctx->standbys; w; w = w->next) {
             if (same_sender (w, msg))

@@ -154,7 +154,7 @@ def test_job_without_dw_runs_unheld_and_is_not_listed(ff: FakeFlux, service: Cli
     assert info.result == "COMPLETED" and info.holds == set() and info.env == {}
     assert info.events("finish")[0]["context"] == {"status": 0}
     assert info.events("release")[0]["context"] == {"ranks": "all", "final": True}
-    assert service.call("list", {}) == {"jobs": []}
+    assert service.call("list", {})["jobs"] == []
     assert watch.drain(ff) == []
     err = service.fails("post", {"id": jobid, "name": "dws-state", "context": {}})
     assert err.errnum == errno.ENOENT
@@ -231,7 +231,7 @@ def test_dw_job_lifecycle_over_the_protocol(ff: FakeFlux, service: Client) -> No
         "clean",
     ]  # fmt: skip
     assert info.events("epilog-finish")[0]["context"] == {"description": "dws", "status": 0}
-    assert service.call("list", {}) == {"jobs": []}
+    assert service.call("list", {})["jobs"] == []
 
 
 def test_a_finished_job_enters_the_epilog_phase_at_its_release(

@@ -20,6 +20,7 @@ import pytest
 from waiting import wait_for
 
 from flux_dws.metrics import PromMetrics
+from flux_dws.states import State
 from flux_dws.testing.stack import Stack
 
 DW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -248,3 +249,77 @@ def test_a_second_in_process_service_stays_standby_until_the_first_goes() -> Non
         jobid = stack.submit(DW, runtime=0.01)
         assert stack.wait(jobid).result == "COMPLETED"
         assert len(stack.wait(jobid).events("dws-workflow")) == 1
+
+
+# ----------------------------------------------------------------------------- flux dws status
+
+
+def cli(argv: list[str], stack: Stack) -> tuple[int, str, str]:
+    import io
+
+    from flux_dws.cli import main
+    from flux_dws.cli.sources import StackSource
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, out=out, err=err, source_factory=lambda: StackSource(stack), environ={})
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
+    with Stack({"heartbeat": "0.2s"}, hosts=2) as stack:
+        service = stack.service
+        assert service is not None
+        waiting = stack.submit([DW, "#DW PreRun action=wait"], timeouts={"prerun": "1s"})
+        stack.wait_workflow(waiting, State.PRERUN)
+        stack.wait_event(waiting, "exception", timeout=30)  # PreRun's deadline passed
+        held = stack.submit([DW, "#DW PreRun action=wait"], timeouts={"prerun": "1h"})
+        stack.wait_workflow(held, State.PRERUN)
+
+        def shown() -> str | None:
+            code, out, err = cli(["status"], stack)
+            assert code == 0, err
+            return out if "last heartbeat" in out and "PreRun" in out else None
+
+        out = wait_for(shown, "flux dws status to show the service", timeout=20)
+        lines = out.splitlines()
+        assert lines[0].startswith(f"service:  active, pid {os.getpid()} on ")
+        assert "up since" in lines[0]
+        assert "API:      reachable" in lines
+        (prerun,) = [line for line in lines if line.split()[:1] == ["PreRun"]]
+        assert prerun.split()[1] == "1" and " in 59m" in prerun
+        code, out, _ = cli(["status", "--json"], stack)
+        view = json.loads(out)
+        assert view["service"] == "active" and view["api_reachable"] is True
+        assert view["ready"] is True and view["standbys"] == 0
+        stack.kill_service()
+        code, out, _ = cli(["status"], stack)
+        assert out.splitlines()[0].startswith("service:  NOT RUNNING")
+        stack.start_service()
+        stack.cancel(held)
+        stack.wait(held, timeout=30)
+
+
+def test_health_view_survives_any_answer() -> None:
+    from flux_dws.cli.health import build_health, render_health
+
+    now = 1_764_450_000.0
+    odd = [
+        {},
+        {"jobs": None, "service": "x"},
+        {"jobs": [{"id": 5, "dws": {"dws-state": {"state": 7, "deadline": "soon"}}}]},
+        {"jobs": [], "service": {"active": {"pid": True, "report": {"api": [], "errors": [1]}}}},
+        {
+            "jobs": [{"id": 9, "phase": "run", "dws": {"dws-state": {"state": "PreRun",
+                      "timeout": "1m", "deadline": now - 5}}}],
+            "service": {"active": {"pid": 3, "host": "h" * 999, "heard": float("nan"),
+                        "report": {"api": {"reachable": False, "since": now - 60},
+                                   "errors": [[now, "x\nNUL\0 y"]]}}, "standbys": 2},
+        },
+    ]  # fmt: skip
+    for answer in odd:
+        view = build_health(answer, now)
+        lines = render_health(view, now, str)
+        assert lines and all("\n" not in line for line in lines)
+    assert "UNREACHABLE since" in "\n".join(lines)
+    assert "PASSED 5.0s ago (1 past deadline)" in "\n".join(lines)
+    assert "2 standby service(s) waiting" in "\n".join(lines)

@@ -81,9 +81,10 @@ class JobManager:
         payload = {"id": jobid, "type": type_, "severity": severity, "note": note}
         self._rpc("raise", payload, on_done)
 
-    def heartbeat(self, on_done: Callback) -> None:
-        """Tell the plugin the service is alive (it cannot see a client disconnect)."""
-        self._rpc("heartbeat", {}, on_done)
+    def heartbeat(self, on_done: Callback, report: Mapping[str, Any] | None = None) -> None:
+        """Tell the plugin the service is alive (it cannot see a client disconnect); the
+        plugin keeps the active service's ``report`` for `flux dws status`."""
+        self._rpc("heartbeat", {"report": dict(report)} if report else {}, on_done)
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
         self._rpc("post", {"id": jobid, "name": name, "context": dict(context)}, on_done)

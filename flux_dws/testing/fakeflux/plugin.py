@@ -73,6 +73,8 @@ class Watcher:
     service: bool
     sent: dict[int, dict[str, Any]] = field(default_factory=dict)
     who: dict[str, Any] = field(default_factory=dict)  # a service's pid, host, active since
+    heard: float = 0.0  # the active service's last heartbeat
+    report: dict[str, Any] | None = None  # ... and the report it carried
 
 
 def service_who(payload: Mapping[str, Any], since: float) -> dict[str, Any]:
@@ -343,13 +345,32 @@ class DwsPlugin:
                 self._cancel_wait(jobid)
 
     def _list(self, req: Request) -> dict[str, Any]:
-        return {"jobs": self._records()}
+        return {"jobs": self._records(), "service": self.service_info()}
 
     def _heartbeat(self, req: Request) -> dict[str, Any]:
         """The service says it is alive.  Real Flux never tells a jobtap plugin that a client
         disconnected, so the C plugin counts a service gone after three [dws] heartbeats of
-        silence; in-process, fakeflux sees the disconnect itself and needs no timer."""
+        silence; in-process, fakeflux sees the disconnect itself and needs no timer.  The
+        active service's report is kept for ``list``."""
+        report = req.payload.get("report")
+        active = next((w for w in self.watchers if w.service), None)
+        if active is not None and active.request.client is req.client:
+            active.heard = self.jm.loop.time()
+            if isinstance(report, dict):
+                active.report = report
         return {}
+
+    def service_info(self) -> dict[str, Any]:
+        """``list``'s ``service``: the active service (or null) and how many standbys wait."""
+        active = next((w for w in self.watchers if w.service), None)
+        if active is None:
+            return {"active": None, "standbys": len(self.standbys)}
+        described = {
+            **active.who,
+            "heard": self.jm.loop.time() - (active.heard or active.who.get("since", 0.0)),
+            "report": active.report,
+        }
+        return {"active": described, "standbys": len(self.standbys)}
 
     def _records(self) -> list[dict[str, Any]]:
         return [job_record(job) for job in self.jm.active_jobs() if is_dw_job(job.submitted)]
