@@ -131,8 +131,11 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
         notifier=notifier,
     )
 
+    asked_to_stop = []
+
     def shutdown(*_: Any) -> None:
         log.info("stopping; jobs stay held until the service runs again")
+        asked_to_stop.append(True)
         loop.stop()
 
     watchers = [handle.signal_watcher_create(s, shutdown) for s in stops]
@@ -147,12 +150,17 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     )
     loop.call_soon(service.start)
     loop.run()
+    if not asked_to_stop and not service.instance_gone:
+        # The reactor ended by itself: the handle's connection to the broker closed.
+        log.warning("the Flux instance is gone (its connection closed); stopping")
+        service.instance_gone = True
     service.stop()
     kube.close()
     notifier.close()
-    status = EXIT_UNAVAILABLE if service.instance_gone else 0
-    log.info("stopped (exit status %d)", status)
-    return status
+    if service.instance_gone:
+        return EXIT_UNAVAILABLE  # said in one line already
+    log.info("stopped")
+    return 0
 
 
 def _sleep_pinging(notifier: Any, seconds: float) -> None:

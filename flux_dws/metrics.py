@@ -86,13 +86,13 @@ class PromMetrics:
             ["verb"],
             registry=r,
         )
-        self.watch_restarts = Gauge(
-            "flux_dws_watch_restarts_total",
+        self.watch_restarts = PromCounter(
+            "flux_dws_watch_restarts",
             "Workflow watch requests opened after the first one",
             registry=r,
         )
-        self.watch_relists = Gauge(
-            "flux_dws_watch_relists_total",
+        self.watch_relists = PromCounter(
+            "flux_dws_watch_relists",
             "Full lists of the workflows (start-up, and after each 410 Gone)",
             registry=r,
         )
@@ -124,6 +124,7 @@ class PromMetrics:
         self.up_since.set(time.time())
         self._reactions_seen = 0
         self._failures_seen: Counter[str] = Counter()
+        self._watch_seen: dict[int, int] = {}
         self._server: Any = None
         self.address: tuple[str, int] | None = None
 
@@ -156,8 +157,12 @@ class PromMetrics:
             if gained > 0:
                 self.action_failures.labels(action).inc(gained)
             self._failures_seen[action] = count
-        self.watch_restarts.set(snap.watch_restarts)
-        self.watch_relists.set(snap.watch_relists)
+        for counter, seen in ((self.watch_restarts, snap.watch_restarts),
+                              (self.watch_relists, snap.watch_relists)):  # fmt: skip
+            gained = seen - self._watch_seen.get(id(counter), 0)
+            if gained > 0:
+                counter.inc(gained)
+            self._watch_seen[id(counter)] = seen
         self.api_reachable.set(0 if snap.api_down_since else 1)
         self.api_down_since.set(snap.api_down_since or 0)
         self.heartbeat_age.set(snap.heartbeat_age if math.isfinite(snap.heartbeat_age) else -1)

@@ -1486,10 +1486,15 @@ static int watcher_start (struct plugin_ctx *ctx, struct watcher *w)
 static const char *who_text (json_t *who, char *buf, size_t size)
 {
     json_int_t pid = 0;
-    const char *host = "?";
+    const char *host = NULL;
 
     (void)json_unpack (who, "{s?I s?s}", "pid", &pid, "host", &host);
-    snprintf (buf, size, "pid %lld on %.64s", (long long)pid, host);
+    if (pid <= 0)
+        snprintf (buf, size, "a service that gave no pid");
+    else if (host)
+        snprintf (buf, size, "pid %lld on %.64s", (long long)pid, host);
+    else
+        snprintf (buf, size, "pid %lld", (long long)pid);
     return buf;
 }
 

@@ -70,9 +70,9 @@ def test_the_service_ends_with_its_instance() -> None:
         stack.flux.shutdown()
         assert stack.flux.service_exit(30) == EXIT_UNAVAILABLE
         after = stack.flux.service_log().splitlines()[before:]
-        assert after == [
-            "flux-dws: WARNING: the Flux instance is gone (EPIPE: Broken pipe); stopping"
-        ]
+        assert len(after) == 1, after  # one line, no traceback, no reconnection
+        assert after[0].startswith("flux-dws: WARNING: the Flux instance is gone (")
+        assert after[0].endswith("); stopping")
 
 
 def test_a_started_job_without_release_is_torn_down_after_an_instance_restart() -> None:
