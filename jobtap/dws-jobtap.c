@@ -17,7 +17,10 @@
  * three heartbeats without a heartbeat or a watch request, the service counts as gone:
  * its watcher is dropped, every job held in DEPEND that has not been told since the
  * service left gets dws-waiting (and its service-wait timer), and so does every job
- * entering DEPEND until a service watches again.
+ * entering DEPEND until a service watches again.  One service is active at a time: a
+ * service watch arriving while one is active waits as a standby and gets the snapshot
+ * when the active one is gone (three silent heartbeats, or at once when its process on
+ * this host no longer exists).
  *
  * Use:    flux jobtap load /path/to/dws-jobtap.so   (it takes no options)
  *         or [job-manager] plugins = [ { load = "dws-jobtap.so" } ]
