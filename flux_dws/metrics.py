@@ -176,12 +176,18 @@ class PromMetrics:
 
     # ---- the endpoint
 
-    def serve(self, address: tuple[str, int]) -> bool:
+    def forget_reactions(self, dropped: int) -> None:
+        """The service dropped the oldest ``dropped`` reactions (all counted already)."""
+        self._reactions_seen = max(0, self._reactions_seen - dropped)
+
+    def serve(self, address: tuple[str, int], quiet: bool = False) -> bool:
         """Serve /metrics on ``address`` (port 0: any free port); False if it cannot bind."""
         host, port = address
         try:
             self._server, _thread = start_wsgi_server(port, addr=host, registry=self.registry)
         except OSError as exc:
+            if quiet:
+                return False
             log.warning(
                 "metrics: cannot listen on %s:%d (%s); serving no metrics for now",
                 host,

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("flux-dws")
 
 TICK = 1.0  # seconds between ticks, unless the watchdog wants pings more often
+REACTIONS_KEPT = 100_000  # in-memory reaction times (service.Metrics) kept for benchmarks
+BIND_RETRY_TICKS = 30  # a metrics address in use (by the active service) is tried again
 
 
 class RequestHub:
@@ -67,9 +69,13 @@ class Upkeep:
         self.ticks = 0
 
     def start(self) -> None:
-        if self.metrics is not None and self.service.policy.metrics_address:
-            self.metrics.serve(self.service.policy.metrics_address)
+        self._serve_metrics()
         self.service.loop.call_soon(self._tick)
+
+    def _serve_metrics(self, quiet: bool = False) -> None:
+        address = self.service.policy.metrics_address
+        if self.metrics is not None and address and self.metrics.address is None:
+            self.metrics.serve(address, quiet=quiet)
 
     def stop(self, why: str) -> None:
         self._stopped = True
@@ -86,8 +92,20 @@ class Upkeep:
         self._probe()
         self._tell_systemd()
         if self.metrics is not None:
+            if self.metrics.address is None and self.ticks % BIND_RETRY_TICKS == 0:
+                self._serve_metrics(quiet=True)  # a standby whose active one held the port
             self.metrics.refresh(self.snapshot())
+        self._trim_reactions()
         self.service.loop.call_later(self.period, self._tick)
+
+    def _trim_reactions(self) -> None:
+        """Keep the in-memory reaction list bounded in a service that runs for months."""
+        reactions = self.service.metrics.reactions
+        if len(reactions) > REACTIONS_KEPT:
+            dropped = len(reactions) - REACTIONS_KEPT // 2
+            del reactions[:dropped]
+            if self.metrics is not None:
+                self.metrics.forget_reactions(dropped)
 
     def _judge_health(self) -> None:
         verdict = self.health.judge()
@@ -109,7 +127,9 @@ class Upkeep:
 
     def _tell_systemd(self) -> None:
         service = self.service
-        if not self._ready_sent and service.reconciled_at is not None:
+        if not self._ready_sent and (
+            service.reconciled_at is not None or service.role == "standby"
+        ):
             self._ready_sent = True
             self.notifier.ready(self.status_line())
             return
