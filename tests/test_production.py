@@ -323,3 +323,47 @@ def test_health_view_survives_any_answer() -> None:
     assert "UNREACHABLE since" in "\n".join(lines)
     assert "PASSED 5.0s ago (1 past deadline)" in "\n".join(lines)
     assert "2 standby service(s) waiting" in "\n".join(lines)
+
+
+def test_notifier_speaks_the_sd_notify_protocol(tmp_path) -> None:
+    from flux_dws.notify import Notifier
+
+    assert Notifier({}).send(ready="1") is False  # not under systemd: nothing, no error
+    other = Notifier({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "5000000", "WATCHDOG_PID": "1"})
+    assert other.watchdog is None  # the watchdog is another process's
+    mine = Notifier({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "5000000"})
+    assert mine.watchdog == 5.0
+    name = f"flux-dws-test-{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(b"\0" + name.encode())  # "@name": the abstract namespace
+    try:
+        notifier = Notifier({"NOTIFY_SOCKET": f"@{name}"})
+        notifier.ready("active: 2 #DW job(s)\nheld")
+        assert listener.recv(4096) == b"READY=1\nSTATUS=active: 2 #DW job(s) held"
+        notifier.close()
+    finally:
+        listener.close()
+    gone = Notifier({"NOTIFY_SOCKET": str(tmp_path / "nobody")})
+    assert gone.send(watchdog="1") is False  # no listener: logged once, never raised
+
+
+def test_api_health_tells_a_hung_server_from_a_slow_one() -> None:
+    from flux_dws.apihealth import ApiHealth
+
+    now = [1000.0]
+    health = ApiHealth(overdue=10.0, clock=lambda: now[0])
+    slow = health.begin("patch workflow")
+    now[0] += 9.0
+    assert health.judge().reachable  # slow, within the request timeout
+    health.end(slow, answered=True)
+    hung = health.begin("get workflow")
+    now[0] += 10.0
+    verdict = health.judge()
+    assert not verdict.reachable and verdict.since == 1009.0 and "server hung?" in verdict.why
+    health.end(hung, answered=False, why="get: ReadTimeoutError")
+    assert health.judge().since == 1009.0  # still down, since the first unanswered attempt
+    health.note(True)  # any answer (the watch's too) means the server is back
+    assert health.judge().reachable
+    refused = health.begin("create workflow")
+    health.end(refused, answered=False, why="create: ConnectionRefusedError")
+    assert not health.judge().reachable  # refused: at once, no waiting for a timeout
