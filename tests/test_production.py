@@ -367,3 +367,14 @@ def test_api_health_tells_a_hung_server_from_a_slow_one() -> None:
     refused = health.begin("create workflow")
     health.end(refused, answered=False, why="create: ConnectionRefusedError")
     assert not health.judge().reachable  # refused: at once, no waiting for a timeout
+
+
+def test_the_admin_guide_lists_exactly_the_metrics() -> None:
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[1] / "doc" / "guide" / "admin.rst").read_text()
+    section = guide[guide.index("\nMetrics\n") : guide.index("Two example alerts")]
+    listed = {re.sub(r"_total$", "", m) for m in re.findall(r"``(flux_dws_\w+)", section)}
+    families = {family.name for family in PromMetrics().registry.collect()}
+    assert listed == families

@@ -124,3 +124,26 @@ def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:
         finally:
             standby.send_signal(signal.SIGTERM)
             assert standby.wait(30) == 0
+
+
+def test_the_daemon_tells_systemd_ready_status_and_watchdog(tmp_path, monkeypatch) -> None:
+    import socket
+
+    path = str(tmp_path / "notify")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    listener.settimeout(60)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)  # the service process inherits it, as from systemd
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    try:
+        with Stack({"heartbeat": "1s"}, hosts=2, backend="flux") as stack:
+            messages = []
+            while not any("READY=1" in m for m in messages):
+                messages.append(listener.recv(4096).decode())
+            ready = next(m for m in messages if "READY=1" in m)
+            assert "STATUS=active: 0 #DW job(s) held; API reachable" in ready
+            assert "job snapshot" in stack.flux.service_log()  # ready after the first reconcile
+            pings = [listener.recv(4096).decode() for _ in range(3)]
+            assert pings.count("WATCHDOG=1") >= 2
+    finally:
+        listener.close()
