@@ -133,16 +133,18 @@ def test_the_daemon_tells_systemd_ready_status_and_watchdog(tmp_path, monkeypatc
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(path)
     listener.settimeout(60)
-    monkeypatch.setenv("NOTIFY_SOCKET", path)  # the service process inherits it, as from systemd
-    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
     try:
         with Stack({"heartbeat": "1s"}, hosts=2, backend="flux") as stack:
+            stack.kill_service()  # started again with systemd's variables, the broker without
+            monkeypatch.setenv("NOTIFY_SOCKET", path)
+            monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+            stack.flux.start_service()
             messages = []
             while not any("READY=1" in m for m in messages):
                 messages.append(listener.recv(4096).decode())
             ready = next(m for m in messages if "READY=1" in m)
             assert "STATUS=active: 0 #DW job(s) held; API reachable" in ready
-            assert "job snapshot" in stack.flux.service_log()  # ready after the first reconcile
+            assert "workflow list" in stack.flux.service_log()  # ready after the first reconcile
             pings = [listener.recv(4096).decode() for _ in range(3)]
             assert pings.count("WATCHDOG=1") >= 2
     finally:
