@@ -4,7 +4,10 @@ A server that refuses connections fails requests at once; a hung one (stopped, w
 network that drops packets) just never answers.  The watch cannot tell: its read timeout is
 minutes.  So every request attempt reports its start and its end here, and an attempt still
 unanswered after ``overdue`` seconds (the client's per-request timeout: a slow server answers
-within it, a hung one does not) counts as "unreachable" without waiting for the retries.
+within it, a hung one does not; the service shortens it to half of ``[dws] api-alarm`` when
+that is shorter) counts as "unreachable" without waiting for the retries.  "Unreachable
+since" is the server's last answer before the trouble, so an alarm raised ``api-alarm`` after
+it comes at most ``api-alarm`` after the server stopped answering.
 
 Any HTTP answer, even an error status, means the server is reachable; only failures below HTTP
 (refused, reset, timed out) and overdue attempts mean it is not.  Thread-safe: requests run on
@@ -25,7 +28,7 @@ class Verdict:
     """What :meth:`ApiHealth.judge` concluded: reachable or not, and since when (epoch s)."""
 
     reachable: bool
-    since: float | None  # unreachable: the start of the first attempt left unanswered
+    since: float | None  # unreachable: its last answer (or the first attempt left unanswered)
     why: str = ""
 
 
@@ -68,7 +71,8 @@ class ApiHealth:
         self.end(self.begin("watch"), reachable, why)
 
     def judge(self) -> Verdict:
-        """Reachable, or unreachable since the first attempt that failed or is overdue."""
+        """Reachable, or unreachable since its last answer before the first attempt that
+        failed or is overdue (that attempt's start if it never answered, or answered since)."""
         now = self.clock()
         with self._lock:
             since, why = self._failed_since, self._why
@@ -76,6 +80,8 @@ class ApiHealth:
                 if now - start >= self.overdue and (since is None or start < since):
                     since = start
                     why = f"{what}: no answer for {now - start:.0f}s (server hung?)"
+            if since is not None and self.last_answer is not None:
+                since = min(since, self.last_answer)
         if since is None:
             return Verdict(True, None)
         return Verdict(False, since, why)

@@ -56,7 +56,8 @@ class Upkeep:
         self.service = service
         self.notifier = notifier or Notifier()
         self.metrics = PromMetrics() if service.policy.metrics_address else None
-        self.health = ApiHealth(overdue=service.kube.timeout)
+        policy = service.policy
+        self.health = ApiHealth(overdue=min(service.kube.timeout, policy.api_alarm / 2))
         service.kube.observer = RequestHub(self.health, self.metrics)
         wd = self.notifier.watchdog
         self.period = min(TICK, wd / 3) if wd else TICK

@@ -367,6 +367,13 @@ def test_api_health_tells_a_hung_server_from_a_slow_one() -> None:
     refused = health.begin("create workflow")
     health.end(refused, answered=False, why="create: ConnectionRefusedError")
     assert not health.judge().reachable  # refused: at once, no waiting for a timeout
+    health.note(True)
+    answered = now[0]
+    now[0] += 60.0  # idle for a minute, then a request hangs
+    probe = health.begin("get version")
+    now[0] += 10.0
+    assert health.judge().since == answered  # unreachable since its last answer
+    health.end(probe, answered=True)
 
 
 def test_the_admin_guide_lists_exactly_the_metrics() -> None:

@@ -86,8 +86,11 @@ def test_a_started_job_without_release_is_torn_down_after_an_instance_restart() 
         stack.flux.start_service()
         info = stack.wait(jobid, timeout=120)
         names = info.event_names()
-        assert "release" not in names[names.index("start") :]
+        # Held from CLEANUP: before any release (Flux 0.88 sometimes posts none at all, and
+        # then the job counts as released because it started under the previous broker).
         assert names.index("exception") < names.index("epilog-start") < names.index("free")
+        if "release" in names:
+            assert names.index("epilog-start") < names.index("release")
         assert all(asked(info)[state] == 1 for state in AFTER_RUN), asked(info)
         assert names.index("epilog-finish") < names.index("free")
         assert stack.workflows() == []
