@@ -179,7 +179,19 @@ class Service(ActionRunner):
     def _watch_records(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         self._cancel_records = self.jm.watch(
-            self._on_records, self._on_records_lost, who=me, on_standby=self._on_standby
+            self._on_records,
+            self._on_records_lost,
+            who=me,
+            on_standby=self._on_standby,
+            on_standby_waiting=self._on_standby_waiting,
+        )
+
+    def _on_standby_waiting(self, standby: dict[str, Any]) -> None:
+        log.info(
+            "active: this service (pid %d) stays the active flux-dws service for this "
+            "instance; a standby waits: %s",
+            os.getpid(),
+            describe_peer({k: v for k, v in standby.items() if k != "since"}),
         )
 
     def _on_standby(self, active: dict[str, Any]) -> None:

@@ -1601,6 +1601,10 @@ static int watch_method (struct plugin_ctx *ctx,
         if (flux_respond_pack (ctx->h, msg, "{s:b s:O}",
                                "standby", 1, "active", active->who) < 0)
             flux_log_error (ctx->h, "dws: responding to a standby watch");
+        /* ... and the active one learns that a standby waits (no records). */
+        if (flux_respond_pack (ctx->h, active->msg, "{s:b s:[] s:O}",
+                               "snapshot", 0, "jobs", "standby_waiting", w->who) < 0)
+            flux_log_error (ctx->h, "dws: telling the active service of a standby");
         flux_log (ctx->h, LOG_INFO,
                   "dws: a second flux-dws service (%s) waits as a standby",
                   who_text (w->who, who, sizeof (who)));

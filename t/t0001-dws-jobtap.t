@@ -410,8 +410,10 @@ test_expect_success 'a second service watch waits as a standby; the first stays 
     flux python "$DWS_HELPER" wait-lines svc2.log 1 $DWS_TIMEOUT &&
     head -1 svc2.log >standby.json &&
     dws_json standby.json "r[\"standby\"] is True and \"since\" in r[\"active\"]" &&
-    sleep 1 &&
-    test $(wc -l <svc.log) -eq $lines &&
+    flux python "$DWS_HELPER" wait-lines svc.log $((lines + 1)) $DWS_TIMEOUT &&
+    tail -1 svc.log >told.json &&
+    dws_json told.json "r[\"snapshot\"] is False and r[\"jobs\"] == [] and \"standby_waiting\" in r" &&
+    ! grep error svc.log &&
     flux dmesg | grep "dws: a second flux-dws service (a service that gave no pid) waits as a standby" &&
     dws_rpc list >two.json &&
     dws_json two.json "r[\"service\"][\"standbys\"] == 1 and r[\"service\"][\"active\"] is not None"

@@ -600,6 +600,8 @@ def test_a_second_service_watch_waits_as_a_standby_and_takes_over(
     second = restarted.watch()
     standby = second.next()  # not a snapshot: the plugin keeps it as a standby
     assert standby["standby"] is True and "since" in standby["active"]
+    told = first.next()  # the active one hears that a standby waits
+    assert told["snapshot"] is False and told["jobs"] == [] and "since" in told["standby_waiting"]
     jobid = ff.submit(DW)
     assert first.until(jobid, "depend")["id"] == jobid  # the first one stays active
     assert service.call("heartbeat", {}) == {}

@@ -110,6 +110,7 @@ def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:
             )
         try:
             wait_for(lambda: "standby:" in standby_log.read_text(), "the standby", 60)
+            wait_for(lambda: "a standby waits" in flux.service_log(), "the active one told", 10)
             first = stack.submit(JOBDW, runtime=0.1)
             assert stack.wait(first, timeout=60).result == "COMPLETED"  # the first one served it
             assert "job snapshot" not in standby_log.read_text()

@@ -40,12 +40,14 @@ class JobManager:
         *,
         who: Mapping[str, Any] | None = None,
         on_standby: Callable[[dict[str, Any]], None] | None = None,
+        on_standby_waiting: Callable[[dict[str, Any]], None] | None = None,
     ) -> Callable[[], None]:
         """Stream job records: the snapshot first, then every change (see the protocol).
 
         ``who`` ({"pid", "host"}) describes this service to the plugin.  While another
         service is active the plugin answers ``{"standby": true, "active": {...}}`` first
-        (``on_standby(active)``); the snapshot follows if this one takes over.
+        (``on_standby(active)``); the snapshot follows if this one takes over.  The active
+        service hears of each standby that comes (``on_standby_waiting(standby)``).
         """
 
         def on_response(response: Payload | None, error: RpcError | None) -> None:
@@ -56,6 +58,9 @@ class JobManager:
                     active = response.get("active")
                     on_standby(active if isinstance(active, dict) else {})
             elif response is not None:
+                waiting = response.get("standby_waiting")
+                if isinstance(waiting, dict) and on_standby_waiting is not None:
+                    on_standby_waiting(waiting)
                 on_records(list(response.get("jobs", [])), bool(response.get("snapshot")))
 
         self.sent["watch"] = self.sent.get("watch", 0) + 1

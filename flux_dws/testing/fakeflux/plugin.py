@@ -327,6 +327,9 @@ class DwsPlugin:
             if active is not None:  # one active service: this one waits as a standby
                 self.standbys.append(watcher)
                 req.respond({"standby": True, "active": active.who})
+                active.request.respond(
+                    {"snapshot": False, "jobs": [], "standby_waiting": watcher.who}
+                )
                 log.info("dws: a second flux-dws service watch waits as a standby")
                 return
         self._promote(watcher)
