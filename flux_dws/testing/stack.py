@@ -87,6 +87,14 @@ class Stack:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Stack:
+        """Start everything; a part that fails to start stops the parts already running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Stack:
         if self.api_process:
             self._start_api_process()
         else:
@@ -100,7 +108,8 @@ class Stack:
             from flux_dws.testing.realflux import RealFlux
 
             table = {**self.table, "kubeconfig": self.kubeconfig}
-            self.flux = RealFlux(self.hosts, table, **self.realflux_options).start()
+            self.flux = RealFlux(self.hosts, table, **self.realflux_options)
+            self.flux.start()  # assigned first: a start that fails is still stopped
         else:
             self.flux = FakeFlux(
                 self.hosts, owner_uid=self.owner_uid, validator=self.validate
