@@ -55,6 +55,19 @@ def test_a_hung_api_server_is_alarmed_within_api_alarm() -> None:
             assert "ERROR: Kubernetes API unreachable for more than 5s" in log
             assert event["context"]["note"] == "Kubernetes API unreachable; the job waits"
             print(f"hung API server alarmed {noticed:.1f}s after SIGSTOP")
+
+            def status() -> str | None:
+                out = subprocess.run(
+                    [sys.executable, "-m", "flux_dws", "status"],
+                    env=stack.flux._env(),  # noqa: SLF001 (the instance's environment)
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                ).stdout
+                return out if "API:      UNREACHABLE since" in out else None
+
+            shown = wait_for(status, "flux dws status to show it", 30)
+            assert "last errors:" in shown and "Kubernetes API unreachable" in shown
         finally:
             os.kill(api.pid, signal.SIGCONT)
         assert stack.wait(jobid, timeout=90).result == "COMPLETED"
