@@ -46,6 +46,7 @@ WATCH_RETRY_MAX = 30.0
 #: Errors that mean the connection to the Flux instance itself is gone (not just the plugin).
 INSTANCE_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNREFUSED})
 ERRORS_KEPT = 10  # the last errors, for `flux dws status`
+UNLOAD_QUIET = 5.0  # seconds an unloaded plugin is not yet an error (the instance may be ending)
 
 
 def worker_for(policy: Policy) -> KubeWorker:
@@ -117,6 +118,7 @@ class Service(ActionRunner):
         self.last_reconcile = 0.0  # seconds the last full pass took on the loop
         self.heartbeat_ok: float | None = None  # the plugin last answered a heartbeat
         self.errors: deque[tuple[float, str]] = deque(maxlen=ERRORS_KEPT)
+        self._unloaded_since: float | None = None  # the job stream ends with ENOSYS since
         self.upkeep = Upkeep(self, notifier)
 
     # ------------------------------------------------------------------ start / stop
@@ -157,6 +159,8 @@ class Service(ActionRunner):
                 self.heartbeat_ok = time.time()
             elif error.errnum in INSTANCE_GONE:
                 self._instance_gone(error)
+            elif error.errnum == errno.ENOSYS:  # no plugin: the job stream says so, once
+                log.debug("heartbeat to the dws jobtap plugin failed: %s", error)
             elif not self._stopped:
                 log.warning("heartbeat to the dws jobtap plugin failed: %s", error)
 
@@ -232,11 +236,17 @@ class Service(ActionRunner):
         self._records_retry = min(delay * 2, WATCH_RETRY_MAX)
         self.role = "starting"
         self.loop.call_later(delay, self._watch_records)
-        if error.errnum == errno.ENOSYS and delay == RETRY_MIN:
+        if error.errnum == errno.ENOSYS:
             # The plugin was unloaded.  At `flux shutdown` the instance follows within
-            # moments: the reconnection tells which, and only one line is logged.
-            log.debug("job stream ended (%s); reconnecting in %.1fs", error, delay)
-            return
+            # moments: the reconnections tell which, and only one line is logged.
+            now = time.monotonic()
+            if self._unloaded_since is None:
+                self._unloaded_since = now
+            if now - self._unloaded_since < UNLOAD_QUIET:
+                log.debug("job stream ended (%s); reconnecting in %.1fs", error, delay)
+                return
+        else:
+            self._unloaded_since = None
         self.note_error(f"lost the job stream from the dws jobtap plugin: {error}")
         log.error(
             "lost the job stream from the dws jobtap plugin (%s); jobs stay held; "
@@ -249,6 +259,7 @@ class Service(ActionRunner):
 
     def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
         self._records_retry = RETRY_MIN
+        self._unloaded_since = None
         if snapshot and self.role != "active":
             log.info(
                 "active: this service (pid %d) is the active flux-dws service for this instance%s",
