@@ -33,6 +33,7 @@ from flux_dws.notify import Notifier
 from flux_dws.policy import Policy
 from flux_dws.presence import Presence
 from flux_dws.reconcile import startup_order
+from flux_dws.record_actions import RecordRunner
 from flux_dws.states import State
 from flux_dws.upkeep import Upkeep
 from flux_dws.workflow import view_workflow
@@ -63,7 +64,7 @@ class Metrics:
     failures: Counter[str] = field(default_factory=Counter)
 
 
-class Service(Presence, ActionRunner):
+class Service(Presence, RecordRunner, ActionRunner):
     """Drive every #DW job's workflow; see the module docstring."""
 
     def __init__(
