@@ -129,8 +129,12 @@ def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:
             assert "job snapshot" not in standby_log.read_text()
             running = stack.submit(JOBDW, runtime=3)
             stack.wait_event(running, "start", timeout=60)
+            killed = time.monotonic()
             stack.kill_service()  # SIGKILL the active one with a job running
             wait_for(lambda: "taking over from pid" in standby_log.read_text(), "takeover", 10)
+            print(
+                f"standby took over {time.monotonic() - killed:.2f}s after SIGKILL (heartbeat 1s)"
+            )
             later = stack.submit(JOBDW, runtime=0.1)
             for jobid in (running, later):
                 info = stack.wait(jobid, timeout=90)
