@@ -19,11 +19,14 @@ from typing import Any, Callable, Union
 from flux_dws import lifecycle as lc
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.flux.transport import RpcError
+from flux_dws.fsd import format_fsd
 from flux_dws.k8s import KubeError, WorkflowRejected
+from flux_dws.k8s.errors import is_permanent
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import ProposalInfo
 from flux_dws.loop import Timer
 from flux_dws.request import DwRequest
+from flux_dws.states import State
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
 
@@ -60,6 +63,10 @@ class Tracked:
     timer: Timer | None = None
     retry: float = 0.0
     observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
+    failing_since: float | None = None  # loop time a chain's call first failed (transient)
+    patch_failing_since: float | None = None  # the same for desiredState patches
+    unreadable: str = ""  # why the latest version of the workflow could not be read
+    alarmed: str = ""  # the unreadable problem already reported
 
 
 class ActionRunner:
@@ -71,6 +78,8 @@ class ActionRunner:
 
     def _kube_then(
         self,
+        tracked: Tracked,
+        what: str,
         done: Done,
         then: Callable[[Any], str | None] | None,
         fn: Callable[..., Any],
@@ -83,7 +92,7 @@ class ActionRunner:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is not None:
-                done(_error_text(exc))
+                self._call_failed(tracked, what, exc, done)
             else:
                 done(then(result) if then else None)
 
@@ -113,7 +122,7 @@ class ActionRunner:
             if isinstance(exc, WorkflowRejected):
                 self._fail_job(tracked, f"DWS rejected the job's directives: {exc.message}", done)
             elif exc is not None:
-                done(str(exc))
+                self._call_failed(tracked, "creating the job's workflow", exc, done)
             else:
                 assert obj is not None
                 self._adopt(tracked, created=True)(obj)
@@ -154,6 +163,7 @@ class ActionRunner:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is None:
+                tracked.patch_failing_since = None
                 adopt(result)
                 return
             if tracked.workflow is asked:  # nothing newer came: back to what was known
@@ -163,15 +173,7 @@ class ActionRunner:
                     tracked, f"cannot place the job's storage: {exc}", self._retry_on_error(tracked)
                 )
                 return
-            log.warning(
-                "job %d workflow %s: asking for %s failed: %s; retrying in %.1fs",
-                tracked.jobid,
-                wf.name,
-                action.state.value,
-                _error_text(exc),
-                RETRY_MIN,
-            )
-            self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+            self._patch_failed(tracked, wf.name, action.state, exc)
 
         self.worker.submit(patch, on_done=finished, urgent=True)
         # Logged once the patch is handed over: writing the line may let other threads run.
@@ -258,7 +260,7 @@ class ActionRunner:
             if isinstance(exc, StorageError):
                 self._fail_job(tracked, f"cannot size the job's storage: {exc}", done)
             elif exc is not None:
-                done(str(exc))
+                self._call_failed(tracked, "reading the Proposal", exc, done)
             else:
                 tracked.proposal = result
                 tracked.dirty = True
@@ -315,7 +317,9 @@ class ActionRunner:
                 done(error)
 
         namespace, name = action.token_secret
-        self._kube_then(sent, send, self.kube.read_token, namespace, name)
+        self._kube_then(
+            tracked, "reading the workflow token", sent, send, self.kube.read_token, namespace, name
+        )
 
     def _do_FinishEpilog(self, tracked: Tracked, action: lc.FinishEpilog, done: Done) -> None:
         log.info("job %d: workflow gone; finishing the epilog", tracked.jobid)
@@ -395,9 +399,112 @@ class ActionRunner:
         def deleted(_result: Any) -> None:
             tracked.deleted = wf.uid
 
-        self._kube_then(done, deleted, self.kube.delete_workflow, wf.name)
+        self._kube_then(
+            tracked, "deleting the workflow", done, deleted, self.kube.delete_workflow, wf.name
+        )
+
+    # ------------------------------------------------------------------ failed calls
+
+    def _call_failed(self, tracked: Tracked, what: str, exc: BaseException, done: Done) -> None:
+        """A Kubernetes call of the job's chain failed.
+
+        A call that can never succeed (flux_dws.k8s.errors.is_permanent) fails the job at
+        once with the API's message; a transient failure is retried with backoff (the chain
+        reports the error) until it has lasted the current state's timeout, then fails the
+        job.  A job already failed keeps retrying, with backoff: its workflow must still go.
+        """
+        text = _error_text(exc)
+        now = self.loop.time()
+        if tracked.failing_since is None:
+            tracked.failing_since = now
+        why = self._why_give_up(tracked, what, exc, text, now - tracked.failing_since)
+        if why is None:
+            done(text)
+            return
+        tracked.failing_since = None
+        self._fail_job(tracked, why, done)
+
+    def _patch_failed(self, tracked: Tracked, name: str, state: State, exc: BaseException) -> None:
+        """A desiredState patch (sent outside the chain) failed: as _call_failed, but the
+        retry is a later decision (the job's chain may be busy with something else)."""
+        text = _error_text(exc)
+        now = self.loop.time()
+        if tracked.patch_failing_since is None:
+            tracked.patch_failing_since = now
+        gone = isinstance(exc, KubeError) and exc.status == 404  # the watch will say so
+        since = now - tracked.patch_failing_since
+        why = (
+            None
+            if gone
+            else self._why_give_up(tracked, f"asking for {state.value}", exc, text, since)
+        )
+        if why is not None:
+            tracked.patch_failing_since = None
+            self._fail_job(tracked, why, self._retry_on_error(tracked))
+            return
+        tracked.retry = min(max(tracked.retry * 2, RETRY_MIN), RETRY_MAX)
+        log.warning(
+            "job %d workflow %s: asking for %s failed: %s; retrying in %.1fs",
+            tracked.jobid,
+            name,
+            state.value,
+            text,
+            tracked.retry,
+        )
+        self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+    def _why_give_up(
+        self, tracked: Tracked, what: str, exc: BaseException, text: str, failing_for: float
+    ) -> str | None:
+        """The job's exception note when a failed call should fail the job, else None."""
+        record = tracked.record
+        if record is None or record.get("exception"):
+            return None  # nothing left to fail: keep retrying (with backoff)
+        if is_permanent(exc):
+            return f"{what} failed: {text}"
+        limit = self._state_timeout(tracked)
+        if failing_for >= limit:
+            return f"{what} kept failing for {format_fsd(limit)}: {text}"
+        return None
+
+    def _state_timeout(self, tracked: Tracked) -> float:
+        """The timeout of the state the job's workflow is in (Proposal before it exists)."""
+        key = tracked.workflow.desired_state.key if tracked.workflow else "proposal"
+        request = tracked.request[0] if tracked.request else None
+        if request is not None:
+            return request.timeouts[key]
+        return self.policy.timeout(key).default
 
     # ------------------------------------------------------------------ helpers
+
+    def _unreadable(self, tracked: Tracked) -> bool:
+        """True (hold the job) while its workflow's latest version cannot be read.
+
+        Such a workflow is neither gone nor understood: deciding from it could fail the job
+        or leak its storage, so nothing is done until a readable version arrives.  The admin
+        (log) and the job (a dws-workflow-unreadable event) are told once per problem.
+        """
+        if not tracked.unreadable:
+            tracked.alarmed = ""
+            return False
+        if tracked.timer:
+            tracked.timer.cancel()
+            tracked.timer = None
+        if tracked.alarmed != tracked.unreadable:
+            tracked.alarmed = tracked.unreadable
+            name = _name(tracked.raw or {})
+            log.error(
+                "job %d workflow %s: cannot read the workflow: %s; the job stays held and the "
+                "workflow is kept until a readable version arrives (fix the object, or "
+                "upgrade flux-dws if DWS added a value)",
+                tracked.jobid,
+                name,
+                tracked.unreadable,
+            )
+            if tracked.record is not None:
+                context = {"workflow": name, "problem": tracked.unreadable}
+                self.jm.post(tracked.jobid, "dws-workflow-unreadable", context, _ignore)
+        return True
 
     def _update_record(self, tracked: Tracked, **changes: Any) -> None:
         """Apply what an action just did to the cached record, ahead of the plugin's update.
@@ -433,6 +540,10 @@ class ActionRunner:
             except KeyError:
                 self._gids[userid] = userid
         return self._gids[userid]
+
+
+def _ignore(_response: Any, _error: RpcError | None) -> None:
+    """An answer nobody waits for (an alarm event: the log line already said it)."""
 
 
 def _error_text(exc: BaseException) -> str:

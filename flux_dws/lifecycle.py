@@ -288,12 +288,15 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
 
 
 def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
-    """Fail or cancel the job (once), let go of the prolog, send the workflow to Teardown."""
+    """Send the workflow to Teardown, then fail or cancel the job (once) and let go of the
+    prolog.  Teardown is asked first: should Flux refuse the exception or an event, the
+    nodes and storage are still given back."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
     else:
         actions = _fail(job, problem)
-    return [*actions, *_enter(job, State.TEARDOWN, policy, now, hurry=True)]
+    ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
+    return [ask, *actions, *record]
 
 
 def _enter(

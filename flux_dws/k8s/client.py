@@ -27,6 +27,7 @@ from flux_dws.k8s.backoff import backoff_delay, retry_after
 from flux_dws.k8s.errors import (
     KubeError,
     KubeSetupError,
+    NameTaken,
     WorkflowRejected,
     describe_status,
     is_retryable_status,
@@ -293,13 +294,13 @@ class KubeClient:
         if existing is not None and is_ours(existing, self.identity, jobid):
             log.info("workflow %s for job %d already exists; adopting it", name, jobid)
             return existing
+        if existing is not None:
+            raise NameTaken("create", "workflow", self._workflow(name))
         raise KubeError(
             "create",
             "workflow",
             self._workflow(name),
-            "already exists and is not this instance's (ownership labels differ)"
-            if existing is not None
-            else "conflicted with an object that has since disappeared",
+            "conflicted with an object that has since disappeared",
             status=409,
         )
 
