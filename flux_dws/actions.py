@@ -20,6 +20,7 @@ from flux_dws import lifecycle as lc
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.flux.transport import RpcError
 from flux_dws.fsd import format_fsd
+from flux_dws.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.k8s import KubeError, WorkflowRejected
 from flux_dws.k8s.errors import is_permanent
 from flux_dws.k8s.resources import container_timeouts
@@ -114,6 +115,14 @@ class ActionRunner:
 
     def _do_CreateWorkflow(self, tracked: Tracked, action: lc.CreateWorkflow, done: Done) -> None:
         jobid = tracked.jobid
+        if action.groupid < 0:
+            found = primary_group(action.userid)
+            if isinstance(found, str):
+                self._fail_job(tracked, f"cannot set the workflow's groupID: {found}", done)
+            else:  # found now: decide again with it
+                self._gids[action.userid] = found
+                done(HALT)
+            return
 
         def created(obj: dict[str, Any] | None, exc: BaseException | None) -> None:
             self.loop.call_soon(settle, obj, exc)
@@ -302,8 +311,12 @@ class ActionRunner:
         env = dict(action.env)
 
         def send(token: str | None) -> str | None:
+            problem = token_value_problem(token, action.token_secret or ("?", "?"))
+            if problem and (action.token_required or token):
+                self._fail_job(tracked, f"PreRun: {problem}", done)
+                return None
             if token:
-                env["DW_WORKFLOW_TOKEN"] = token
+                env[TOKEN_VARIABLE] = token
             log.info("job %d: PreRun ready; starting the job with %d variables", jobid, len(env))
             self.jm.prolog_finish(jobid, True, env, on_done)
             return None
@@ -533,13 +546,28 @@ class ActionRunner:
         return tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid)
 
     def _groupid(self, userid: int) -> int:
-        """The owner's primary group for the workflow's groupID (never from user input)."""
-        if userid not in self._gids:
-            try:
-                self._gids[userid] = pwd.getpwuid(userid).pw_gid
-            except KeyError:
-                self._gids[userid] = userid
-        return self._gids[userid]
+        """The owner's primary group for the workflow's groupID (never from user input);
+        -1 when it cannot be found (the create then fails the job).  Only found groups are
+        cached: a lookup that failed (say, the directory service was down) is tried again."""
+        gid = self._gids.get(userid)
+        if gid is None:
+            found = primary_group(userid)
+            if isinstance(found, str):
+                return -1
+            gid = self._gids[userid] = found
+        return gid
+
+
+def primary_group(userid: int) -> int | str:
+    """The primary gid of ``userid`` from the passwd database, or why it cannot be had."""
+    try:
+        return pwd.getpwuid(userid).pw_gid
+    except KeyError:
+        return f"uid {userid} has no passwd entry, so its primary group is unknown"
+    except (OverflowError, TypeError, ValueError) as exc:
+        return f"uid {userid} is not a valid user id ({exc})"
+    except OSError as exc:  # NSS trouble (e.g. an LDAP server down)
+        return f"looking up uid {userid} failed: {exc}"
 
 
 def _ignore(_response: Any, _error: RpcError | None) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Union
 
 from flux_dws.fsd import format_fsd
 from flux_dws.identity import FINALIZER
+from flux_dws.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest
 from flux_dws.states import State
@@ -149,6 +150,7 @@ class FinishProlog:
     success: bool
     env: Mapping[str, str] = field(default_factory=dict)
     token_secret: tuple[str, str] | None = None  # (namespace, name) -> DW_WORKFLOW_TOKEN
+    token_required: bool = False  # copy-offload: no token, no start
 
 
 @dataclass(frozen=True)
@@ -356,12 +358,25 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
             return _enter(job, State.DATAIN, policy, now)
         if state is State.DATAIN:
             return _enter(job, State.PRERUN, policy, now)
-        return [FinishProlog(success=True, env=wf.env, token_secret=wf.token_secret)]
+        return _start(job, wf, policy, now)
     if phase is JobPhase.EPILOG:
         following = state.next()
         assert following is not None  # EPILOG only expects PreRun..DataOut here
         return _enter(job, following, policy, now)
     return []
+
+
+def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """PreRun is ready: start the job with the workflow's environment (and token), or fail
+    it, naming the variable, when the environment could not be given to it."""
+    needs_token = token_required(wf.requires, wf.directives)
+    problem = env_problem(wf.env) or token_problem(
+        wf.token_secret, wf.name, wf.namespace, needs_token
+    )
+    if problem:
+        return _abort(job, f"{State.PRERUN.value}: {problem}", policy, now)
+    secret = token_secret_for(wf.name, wf.namespace) if wf.token_secret else None
+    return [FinishProlog(True, wf.env, secret, token_required=needs_token)]
 
 
 def _storage(job: JobView) -> dict[str, Any]:

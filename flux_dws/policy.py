@@ -96,6 +96,8 @@ class Policy:
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    max_directives: int = 100  # #DW directives one job may give
+    max_directives_bytes: int = 65536  # their total size in bytes (UTF-8)
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -267,6 +269,8 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "heartbeat": ("heartbeat", _interval),
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
+    "max-directives": ("max_directives", partial(_count, least=1)),
+    "max-directives-bytes": ("max_directives_bytes", partial(_count, least=64)),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

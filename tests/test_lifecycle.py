@@ -114,9 +114,7 @@ def tears_down(actions: list[lc.Action]) -> bool:
     if teardown not in kinds_:
         return False
     first = kinds_.index(teardown)
-    return all(
-        not isinstance(a, (lc.RaiseException, lc.FinishProlog)) for a in kinds_[:first]
-    )
+    return all(not isinstance(a, (lc.RaiseException, lc.FinishProlog)) for a in kinds_[:first])
 
 
 def of(actions: list[lc.Action], kind: type) -> list[Any]:
@@ -193,8 +191,9 @@ def test_setup_done_goes_straight_to_datain_then_prerun():
 def test_prerun_ready_starts_the_job_with_the_workflow_environment_and_token():
     env = {"DW_JOB_scratch": "/mnt/nnf/x-0"}
     j = job(JobPhase.PROLOG, **recorded(State.PRERUN))
-    actions = decide(j, wf(State.PRERUN, env=env, token=("default", "tok")), POLICY, NOW)
-    assert actions == [lc.FinishProlog(True, env, ("default", "tok"))]
+    secret = ("default", f"{NAME}-token")
+    actions = decide(j, wf(State.PRERUN, env=env, token=secret), POLICY, NOW)
+    assert actions == [lc.FinishProlog(True, env, secret)]
 
 
 def test_running_job_leaves_prerun_alone():

@@ -15,6 +15,7 @@ from typing import Any
 from flux_dws.identity import FINALIZER, WLM_ID, owned_jobid, ownership_labels, workflow_name
 from flux_dws.k8s.errors import KubeSetupError
 from flux_dws.states import State
+from flux_dws.storage import StorageError
 
 DWS_GROUP = "dataworkflowservices.github.io"
 NNF_GROUP = "nnf.cray.hpe.com"
@@ -173,6 +174,21 @@ def finalizer_removal_patch(obj: Mapping[str, Any]) -> dict[str, Any] | None:
             "resourceVersion": meta.get("resourceVersion"),
         }
     }
+
+
+def breakdown_refs(workflow: Mapping[str, Any]) -> list[Mapping[str, str]]:
+    """``status.directiveBreakdowns`` checked: StorageError names an entry that is not an
+    object reference with a string name (and, if any, namespace)."""
+    refs = (workflow.get("status") or {}).get("directiveBreakdowns") or []
+    if not isinstance(refs, (list, tuple)):
+        raise StorageError("workflow status.directiveBreakdowns must be a list")
+    for i, ref in enumerate(refs):
+        ok = isinstance(ref, Mapping) and isinstance(ref.get("name"), str) and ref.get("name")
+        if not ok or not isinstance(ref.get("namespace") or "", str):
+            raise StorageError(
+                f"workflow status.directiveBreakdowns[{i}] must be a reference with a name"
+            )
+    return list(refs)
 
 
 def container_profile_name(workflow: Mapping[str, Any]) -> str | None:
