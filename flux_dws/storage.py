@@ -107,7 +107,7 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
                 raise StorageError(f"{where}.constraints.count must be an integer")
             needs.append(
                 AllocationNeed(
-                    breakdown=str(name),
+                    breakdown=name if isinstance(name, str) else f"[{i}]",
                     servers=(namespace, server),
                     label=label,
                     strategy=strategy,
@@ -166,11 +166,17 @@ def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
 def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]:
     """compute hostname -> rabbit name, from a DWS SystemConfiguration."""
     mapping: dict[str, str] = {}
-    spec = (system_configuration or {}).get("spec") or {}
-    for node in spec.get("storageNodes") or []:
-        for access in node.get("computesAccess") or []:
-            if access.get("name") and node.get("name"):
-                mapping[access["name"]] = node["name"]
+    config = system_configuration if isinstance(system_configuration, Mapping) else {}
+    spec = config.get("spec")
+    nodes = spec.get("storageNodes") if isinstance(spec, Mapping) else None
+    for node in nodes if isinstance(nodes, list) else []:  # a malformed entry serves nothing
+        if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
+            continue
+        accesses = node.get("computesAccess")
+        for access in accesses if isinstance(accesses, list) else []:
+            name = access.get("name") if isinstance(access, Mapping) else None
+            if isinstance(name, str) and name and node["name"]:
+                mapping[name] = node["name"]
     return mapping
 
 
@@ -187,7 +193,7 @@ def plan_servers(
     missing = [h for h in hosts if h not in rabbits]
     if missing:
         raise StorageError(
-            f"no rabbit serves compute node {missing[0]} (not in the SystemConfiguration)"
+            f"no rabbit serves compute node {_echo(missing[0])} (not in the SystemConfiguration)"
         )
     per_rabbit: dict[str, int] = {}
     for host in hosts:
