@@ -94,6 +94,7 @@ class JobView:
     proposal_recorded: bool = False  # dws-proposal
     posted_state: State | None = None  # dws-state: the desiredState last recorded
     deadline: float | None = None  # dws-state: absolute deadline for posted_state
+    teardown_reason: str = ""  # dws-state Teardown: why flux-dws aborted the workflow
     transient: tuple[State, float] | None = None  # dws-transient: (state, since)
     container_recorded: ContainerState | None = None  # dws-container
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
@@ -290,15 +291,18 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
 
 
 def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
-    """Send the workflow to Teardown, then fail or cancel the job (once) and let go of the
-    prolog.  Teardown is asked first: should Flux refuse the exception or an event, the
-    nodes and storage are still given back."""
+    """Send the workflow to Teardown (recording why), then fail or cancel the job (once) and
+    let go of the prolog.  Teardown is asked first: should Flux refuse the exception or an
+    event, the nodes and storage are still given back, and the reason recorded with
+    Teardown is raised when the exception is tried again."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
     else:
         actions = _fail(job, problem)
     ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
-    return [ask, *actions, *record]
+    if record and problem and isinstance(record[0], PostEvent):  # kept for a retried raise
+        record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem})
+    return [ask, *record, *actions]
 
 
 def _enter(
@@ -384,9 +388,21 @@ def _storage(job: JobView) -> dict[str, Any]:
     return jobspec_storage(job.proposal.needs)
 
 
+def _torn_down(job: JobView) -> list[Action]:
+    """A job whose workflow was sent to Teardown before it ran must not be left waiting:
+    fail it with the reason recorded with Teardown (should the first raise have been refused,
+    the workflow's own message is gone by now), and let go of its prolog."""
+    reason = job.teardown_reason or None
+    if job.phase is JobPhase.PROLOG:
+        return _fail_prolog(job, reason)
+    if job.phase in (JobPhase.DEPEND, JobPhase.SCHED):
+        return _fail(job, reason or "the job's workflow was torn down before the job could run")
+    return []
+
+
 def _teardown(job: JobView, wf: WorkflowView, now: float) -> list[Action]:
     """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be."""
-    actions = _fail_prolog(job) if job.phase is JobPhase.PROLOG else []
+    actions = _torn_down(job)
     if wf.complete:
         return [*actions, DeleteWorkflow()]
     stuck = _teardown_stuck(job, wf, now)
@@ -415,7 +431,7 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
             return _release(job, None)
         return _release(job, "no workflow was ever created for this job")
     if job.posted_state is State.TEARDOWN or _fatal(job):
-        return _release(job, None)
+        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
     where = job.posted_state.value if job.posted_state else "Proposal"
     name = wf.name if wf is not None else "the job's workflow"
     return _release(job, f"{name} was deleted outside flux-dws while in {where}")

@@ -262,6 +262,8 @@ def test_prerun_container_failure_cancels_before_start_with_the_reason():
         j, wf(State.PRERUN, ready=False, status=Status.ERROR, container=outcome), POLICY, NOW
     )
     assert kinds(actions) == ["SetDesiredState", "RaiseException", "FinishProlog"]
+    (teardown,) = [e for e in of(actions, lc.PostEvent) if e.name == "dws-state"]
+    assert "failed to start after 300 seconds" in teardown.context["reason"]
     assert "failed to start after 300 seconds" in of(actions, lc.RaiseException)[0].note
     assert of(actions, lc.FinishProlog)[0].success is False
     (container,) = [e for e in of(actions, lc.PostEvent) if e.name == "dws-container"]

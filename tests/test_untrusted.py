@@ -7,6 +7,7 @@ by admission hooks on kubeapi's store, as a misbehaving controller would write i
 
 from __future__ import annotations
 
+import copy
 import errno
 import os
 import pwd
@@ -16,10 +17,16 @@ from typing import Any
 import pytest
 
 from flux_dws.flux.jobmanager import JobManager
+from flux_dws.flux.records import job_view
 from flux_dws.flux.transport import RpcError
+from flux_dws.k8s.client import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
+from flux_dws.lifecycle import JobPhase, JobView, RaiseException, decide
 from flux_dws.loop import Loop
+from flux_dws.policy import Policy
+from flux_dws.request import request_from_attributes
 from flux_dws.sanitize import jansson_problem, json_safe, one_line
+from flux_dws.states import State
 from flux_dws.storage import StorageError, breakdown_error, needs_from_breakdowns
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
@@ -131,7 +138,7 @@ def test_permanent_and_transient_failures():
 
 
 def test_merge_patch_keyword_only_where_the_client_takes_it():
-    from flux_dws.k8s.client import MERGE_PATCH, merge_patch_kwargs
+    from flux_dws.k8s.client import MERGE_PATCH
 
     def old(group, version, namespace, plural, name, body, **kwargs): ...  # noqa: ANN001
     def new(group, version, namespace, plural, name, body, _content_type=None): ...  # noqa: ANN001
@@ -381,3 +388,103 @@ def test_one_bad_workflow_among_good_ones_fails_only_its_own_job():
         info = stack.wait(bad, timeout=60)
         assert "'no good'" in note(info), note(info)
         assert_clean(stack, info)
+
+
+def test_a_name_taken_by_a_workflow_that_is_not_ours_fails_the_job_clearly():
+    with Stack(hosts=2) as stack:
+        assert stack.api is not None
+        store = stack.api.store
+        squatted = threading.Event()
+
+        def squat(operation: str, old: dict | None, new: dict) -> None:
+            """Someone else's workflow takes the name just before ours is created."""
+            if operation != "CREATE" or squatted.is_set():
+                return
+            squatted.set()
+            foreign = copy.deepcopy(new)
+            foreign["metadata"]["labels"] = {"flux-dws.flux-framework.org/instance": "other"}
+            foreign["metadata"].pop("finalizers", None)
+            store.create("workflows", "default", foreign)
+            raise ApiError(409, "AlreadyExists", "workflows already exists")
+
+        store.add_admission("workflows", squat)
+        info = stack.wait(stack.submit(JOBDW), timeout=30)
+        assert "already exists and is not this instance's" in note(info), note(info)
+        assert not info.holds
+        (foreign,) = store.list("workflows", "default")[0]
+        assert foreign["metadata"]["labels"] == {"flux-dws.flux-framework.org/instance": "other"}
+
+
+def test_a_client_that_refuses_the_call_fails_the_job_at_once_not_after_endless_retries():
+    """What kubernetes 33.1.0 did with ``_content_type``: the client itself refuses the patch
+    (ApiTypeError before any request).  No retry can help: the job fails with the reason."""
+    with Stack(hosts=2) as stack:
+        assert stack.service is not None
+        kube = stack.service.kube
+        kube._merge_patch = {"_no_such_keyword": "x"}  # the real client refuses it
+        before = kube.request_counts().get("patch", 0)
+        jobid = stack.submit(JOBDW, runtime=0.0)
+        event = stack.wait_event(jobid, "exception", timeout=30)
+        assert "_no_such_keyword" in event["context"]["note"], event
+        assert kube.request_counts().get("patch", 0) - before <= 4
+        kube._merge_patch = merge_patch_kwargs(kube._custom.patch_namespaced_custom_object)
+        info = stack.wait(jobid, timeout=60)
+        assert_clean(stack, info)
+
+
+def test_teardown_is_asked_even_when_flux_refuses_the_exception():
+    with Stack(hosts=2) as stack:
+        assert stack.service is not None
+        jm = stack.service.jm
+        real_raise = jm.raise_exception
+
+        def refused(jobid: int, type_: str, severity: int, note_: str, on_done: Any) -> None:
+            stack.service.loop.call_soon(on_done, None, RpcError(errno.EPROTO, "refused"))
+
+        jm.raise_exception = refused  # type: ignore[method-assign]
+        jobid = stack.submit([JOBDW, PRERUN_FATAL])
+        stack.wait_workflow(jobid, State.TEARDOWN, timeout=30)
+        jm.raise_exception = real_raise  # type: ignore[method-assign]
+        info = stack.wait(jobid, timeout=60)
+        assert "Reported error: boom" in note(info), note(info)
+        assert_clean(stack, info)
+
+
+# ---------------------------------------------------------------------------- lifecycle
+
+
+def recorded_teardown(phase: JobPhase, reason: str) -> JobView:
+    request = request_from_attributes({"dw": JOBDW}, Policy(), userid=1, owner_uid=1)
+    return JobView(
+        7,
+        phase,
+        userid=1,
+        groupid=1,
+        request=request,
+        workflow_created=True,
+        posted_state=State.TEARDOWN,
+        teardown_reason=reason,
+    )
+
+
+@pytest.mark.parametrize("phase", [JobPhase.DEPEND, JobPhase.SCHED, JobPhase.PROLOG])
+def test_a_job_torn_down_before_it_ran_is_failed_with_the_recorded_reason(phase):
+    """The raise was refused before Teardown; once the workflow is gone the job still gets
+    the reason recorded with Teardown, and is never left waiting."""
+    job = recorded_teardown(phase, "PreRun failed: disk on fire")
+    actions = decide(job, None, Policy(), 1e9)
+    raised = [a for a in actions if isinstance(a, RaiseException)]
+    assert [r.note for r in raised] == ["PreRun failed: disk on fire"]
+    bare = decide(recorded_teardown(phase, ""), None, Policy(), 1e9)
+    assert any(isinstance(a, RaiseException) for a in bare)
+
+
+def test_the_teardown_reason_is_read_back_from_the_job_record():
+    record = {
+        "id": 7,
+        "userid": 1,
+        "phase": "prolog",
+        "dws": {"dws-state": {"state": "Teardown", "deadline": None, "reason": "why"}},
+    }
+    view = job_view(record, (None, "x"), groupid=1)
+    assert view.teardown_reason == "why"
