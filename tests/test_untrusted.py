@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from flux_dws.errors import PolicyError
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view
 from flux_dws.flux.transport import RpcError
@@ -23,14 +24,15 @@ from flux_dws.k8s.client import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
 from flux_dws.lifecycle import JobPhase, JobView, RaiseException, decide
 from flux_dws.loop import Loop
-from flux_dws.policy import Policy
-from flux_dws.request import request_from_attributes
+from flux_dws.policy import Policy, policy_from_table
+from flux_dws.request import MAX_DIRECTIVE_BYTES, request_from_attributes
 from flux_dws.sanitize import jansson_problem, json_safe, one_line
 from flux_dws.states import State
 from flux_dws.storage import StorageError, breakdown_error, needs_from_breakdowns
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.stack import Stack
+from flux_dws.validator import validate_attributes
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 PRERUN_FATAL = "#DW PreRun action=error message=boom severity=Fatal"
@@ -488,3 +490,45 @@ def test_the_teardown_reason_is_read_back_from_the_job_record():
     }
     view = job_view(record, (None, "x"), groupid=1)
     assert view.teardown_reason == "why"
+
+
+# ---------------------------------------------------------------------------- size limits
+
+
+def refused(system: dict, table: dict | None = None) -> str | None:
+    return validate_attributes(system, policy_from_table(table or {}), userid=5, owner_uid=5)
+
+
+def test_size_limits_have_sane_defaults_and_are_refused_at_submit():
+    many = [JOBDW.replace("scratch", f"s{i}") for i in range(101)]
+    assert "101 #DW directives" in refused({"dw": many})
+    assert "max-directives" in refused({"dw": many})
+    assert refused({"dw": many[:100]}) is None
+    huge = "#DW jobdw type=xfs capacity=10GiB name=" + "a" * 1_000_000
+    problem = refused({"dw": huge})
+    assert "max-directives-bytes" in problem and len(problem) < 200
+    assert "max-directives-bytes" in refused({"dw": [JOBDW] * 100_000})
+
+
+def test_size_limits_follow_the_site_config():
+    three = [JOBDW.replace("scratch", name) for name in ("aa", "bb", "cc")]
+    assert refused({"dw": three[:2]}, {"max-directives": 2}) is None
+    assert "limit of 2" in refused({"dw": three}, {"max-directives": 2})
+    assert refused({"dw": JOBDW}, {"max-directives-bytes": 100}) is None
+    long_name = JOBDW.replace("scratch", "n" * 80)
+    assert "limit of 100" in refused({"dw": long_name}, {"max-directives-bytes": 100})
+
+
+def test_one_directive_may_not_exceed_its_own_limit():
+    table = {"max-directives-bytes": 10**7}
+    name = "n" * (MAX_DIRECTIVE_BYTES + 1)
+    problem = refused({"dw": f"#DW jobdw type=xfs capacity=1GiB name={name}"}, table)
+    assert problem is not None and "one directive" in problem
+
+
+@pytest.mark.parametrize(
+    "key,value", [("max-directives", 0), ("max-directives-bytes", 10), ("max-directives", "9")]
+)
+def test_size_limit_keys_are_checked(key, value):
+    with pytest.raises(PolicyError, match=f"\\[dws\\] {key}"):
+        policy_from_table({key: value})
