@@ -38,6 +38,17 @@ JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 PRERUN_FATAL = "#DW PreRun action=error message=boom severity=Fatal"
 
 
+@pytest.fixture(params=["fake", "flux"])
+def backend(request) -> str:
+    """fakeflux always; a real Flux instance (jansson, the C plugin) where flux-core is."""
+    if request.param == "flux":
+        from flux_dws.testing.realflux import flux_command
+
+        if flux_command() is None:
+            pytest.skip("flux-core is not installed: real Flux skipped")
+    return request.param
+
+
 def note(info: Any) -> str:
     return (info.exception or {}).get("note", "")
 
@@ -204,7 +215,7 @@ def test_breakdown_fields_of_the_wrong_type_name_the_field(status, field):
 # ---------------------------------------------------------------------------- scenarios
 
 
-def test_nul_and_controls_in_a_dws_message_fail_the_job_with_it_escaped_and_tear_down():
+def test_nul_and_controls_in_a_dws_message_fail_the_job_with_it_escaped_and_tear_down(backend):
     def poison(_op: str, wf: dict) -> None:
         status = wf.get("status") or {}
         if "boom" in (status.get("message") or ""):
@@ -213,7 +224,7 @@ def test_nul_and_controls_in_a_dws_message_fail_the_job_with_it_escaped_and_tear
             if "boom" in (driver.get("message") or ""):
                 driver["message"] = driver["message"].replace("boom", "bo\x00om\n\x1b[2J")
 
-    with Stack(hosts=2) as stack:
+    with Stack(hosts=2, backend=backend) as stack:
         on_workflows(stack, poison)
         info = stack.wait(stack.submit([JOBDW, PRERUN_FATAL]), timeout=30)
         assert info.exception and info.exception["type"] == "dws"
@@ -329,13 +340,13 @@ def test_a_user_without_a_group_is_failed_never_given_gid_equal_uid():
     "env,named",
     [({"BAD=NAME": "x"}, "BAD=NAME"), ({"1ST": "x"}, "1ST"), ({"DW_JOB_x": "a\x00b"}, "DW_JOB_x")],
 )
-def test_a_bad_environment_variable_fails_the_job_naming_it(env, named):
+def test_a_bad_environment_variable_fails_the_job_naming_it(env, named, backend):
     def add_env(_op: str, wf: dict) -> None:
         status = wf.get("status") or {}
         if status.get("state") == "PreRun":
             status.setdefault("env", {}).update(env)
 
-    with Stack(hosts=2) as stack:
+    with Stack(hosts=2, backend=backend) as stack:
         on_workflows(stack, add_env)
         info = stack.wait(stack.submit(JOBDW), timeout=30)
         assert named in note(info), note(info)
