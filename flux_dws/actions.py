@@ -27,6 +27,7 @@ from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import ProposalInfo
 from flux_dws.loop import Timer
 from flux_dws.request import DwRequest
+from flux_dws.sanitize import one_line
 from flux_dws.states import State
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
@@ -280,7 +281,7 @@ class ActionRunner:
     def _fail_job(self, tracked: Tracked, note: str, done: Done) -> None:
         """A definitive failure found while acting: the job gets it as its exception, and
         the rest of the chain is dropped (the next decision sees the exception)."""
-        log.error("job %d: %s", tracked.jobid, note)
+        log.error("job %d: %s", tracked.jobid, one_line(note))
         action = lc.RaiseException(note)
 
         def raised(error: str | Halt | None) -> None:
@@ -345,7 +346,7 @@ class ActionRunner:
             tracked.jobid,
             self._wf_name(tracked),
             action.type,
-            action.note,
+            one_line(action.note),
         )
 
         def raised(error: str | None) -> None:

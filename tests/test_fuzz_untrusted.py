@@ -10,12 +10,17 @@ much deeper into the readers).
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from flux_dws.cli.inventory import list_rows
+from flux_dws.cli.views import driver_errors, read_workflow
 from flux_dws.fsd import parse_fsd
 from flux_dws.identity import owned_jobid
 from flux_dws.jobenv import env_problem, token_problem, token_required
@@ -31,8 +36,10 @@ from flux_dws.lifecycle import FinishProlog, JobPhase, JobView, RaiseException, 
 from flux_dws.policy import Policy
 from flux_dws.sanitize import jansson_problem, json_safe, one_line
 from flux_dws.storage import needs_from_breakdowns, plan_servers, rabbit_map
+from flux_dws.testing.stack import Stack
 from flux_dws.workflow import parse_time, view_workflow
 
+JOBDW_GOOD = "#DW jobdw type=xfs capacity=1GiB name=good"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TEXT = st.text(
@@ -267,3 +274,130 @@ def test_durations(value):
     seconds = reads(parse_fsd, value)
     if seconds is not None:
         assert seconds >= 0
+
+
+@FUZZ
+@given(st.lists(objects(WORKFLOW), max_size=3))
+def test_flux_dws_list_shows_every_workflow_even_unreadable_ones(objs):
+    """`flux dws list` reads raw workflows too: each gets a row, none raises."""
+    mappings = [o for o in objs if isinstance(o, dict)]
+    rows = list_rows(mappings, 1e9)
+    assert len(rows) == len(mappings)
+    for obj in mappings:
+        view, problem = read_workflow(obj)
+        assert (view is None) == bool(problem)
+        assert len(driver_errors(view)) <= len(view.drivers if view else ())
+
+
+# ---------------------------------------------------------------------------- the service
+
+STATUS_KEYS = (
+    "message",
+    "env",
+    "status",
+    "state",
+    "ready",
+    "drivers",
+    "workflowToken",
+    "requires",
+    "desiredStateChange",
+    "elapsedTimeLastState",
+    "containers",
+    "directiveBreakdowns",
+)
+
+
+class Corruptor:
+    """A kubeapi admission hook that, once, puts ``junk`` at ``status.<key>`` of the target
+    job's workflow when PreRun is ready (as a buggy controller would), keeping the original
+    status so that it can be put back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.target = ""
+        self.key, self.junk = "", None
+        self.original: dict | None = None
+
+    def aim(self, target: str, key: str, junk: Any) -> None:
+        with self.lock:
+            self.target, self.key, self.junk, self.original = target, key, junk, None
+
+    def __call__(self, operation: str, old: dict | None, new: dict) -> dict:
+        with self.lock:
+            lines = (new.get("spec") or {}).get("dwDirectives") or []
+            status = new.get("status")
+            if (
+                self.target
+                and self.original is None
+                and any(self.target in str(line) for line in lines)
+                and isinstance(status, dict)
+                and status.get("state") == "PreRun"
+                and status.get("ready") is True
+            ):
+                self.original = copy.deepcopy(status)
+                status[self.key] = copy.deepcopy(self.junk)
+            return new
+
+
+@pytest.fixture(scope="module")
+def corrupted_stack():
+    with Stack(hosts=4) as stack:
+        corruptor = Corruptor()
+        assert stack.api is not None
+        stack.api.store.add_admission("workflows", corruptor)
+        yield stack, corruptor
+
+
+SERVICE_FUZZ = settings(  # each example is a few jobs through the service: few, unshrunk
+    max_examples=8,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@SERVICE_FUZZ
+@given(key=st.sampled_from(STATUS_KEYS), junk=JSON)
+def test_one_bad_workflow_among_good_ones(corrupted_stack, key, junk):
+    """The good jobs complete; the bad one completes (harmless junk), fails with a reason,
+    or is held with a dws-workflow-unreadable event naming the field until its workflow is
+    readable again.  Nothing is left behind either way."""
+    stack, corruptor = corrupted_stack
+    test_one_bad_workflow_among_good_ones.count = (
+        getattr(test_one_bad_workflow_among_good_ones, "count", 0) + 1
+    )
+    target = f"name=odd{test_one_bad_workflow_among_good_ones.count}"
+    corruptor.aim(target, key, junk)
+    good = [stack.submit(JOBDW_GOOD, runtime=0.0) for _ in range(2)]
+    bad = stack.submit(
+        f"#DW jobdw type=xfs capacity=1GiB {target}", runtime=0.0, timeouts={"prerun": "3s"}
+    )
+    for jobid in good:
+        assert stack.wait(jobid, timeout=60).result == "COMPLETED"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        info = stack.flux.info(bad)
+        if info.state == "INACTIVE" or info.events("dws-workflow-unreadable"):
+            break
+        time.sleep(0.05)
+    held = info.events("dws-workflow-unreadable")
+    if held:
+        assert "status." in held[0]["context"]["problem"]
+        assert info.exception is None  # held, not failed as if its workflow were gone
+        assert corruptor.original is not None
+        name = f"fluxjob-{stack.identity}-{bad}"
+        restore = {corruptor.key: None, **corruptor.original}  # merge patch: null removes
+        store = stack.api.store
+        hooks = store._hooks["workflows"]
+        with store._lock:  # as an admin fixing it by hand: no webhook compares with the junk
+            saved, hooks[:] = list(hooks), []
+            try:
+                store.patch("workflows", "default", name, {"status": restore})
+            finally:
+                hooks[:] = saved
+    info = stack.wait(bad, timeout=60)
+    if info.result != "COMPLETED":
+        assert (info.exception or {}).get("note"), info.eventlog
+        assert jansson_problem(info.exception) is None
+    assert not info.holds
+    assert [w for w in stack.workflows() if w["metadata"]["name"].endswith(f"-{bad}")] == []
