@@ -331,9 +331,11 @@ def unknown_uid() -> int:
 
 def test_a_user_without_a_group_is_failed_never_given_gid_equal_uid():
     with Stack(hosts=2, config={"restrict-persistent": False}) as stack:
-        info = stack.wait(stack.submit(JOBDW, userid=unknown_uid()), timeout=30)
+        uid = unknown_uid()
+        info = stack.wait(stack.submit(JOBDW, userid=uid), timeout=30)
         assert "no passwd entry" in note(info), note(info)
         assert stack.workflows() == []
+        assert stack.service is not None and uid not in stack.service._gids  # not cached
 
 
 @pytest.mark.parametrize(
@@ -543,3 +545,35 @@ def test_one_directive_may_not_exceed_its_own_limit():
 def test_size_limit_keys_are_checked(key, value):
     with pytest.raises(PolicyError, match=f"\\[dws\\] {key}"):
         policy_from_table({key: value})
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (
+            {
+                "error": {
+                    "userMessage": "no such storage profile",
+                    "debugMessage": 'nnfstorageprofiles.nnf.cray.hpe.com "x" not found',
+                    "type": "User",
+                    "severity": "Fatal",
+                }
+            },
+            "User error: no such storage profile",
+        ),
+        ({"storage": {"reference": {"name": "s"}, "allocationSets": "many"}}, "allocationSets"),
+    ],
+)
+def test_a_bad_directive_breakdown_fails_the_job_clearly_instead_of_retrying(change, expected):
+    def spoil(operation: str, old: dict | None, new: dict) -> dict:
+        if isinstance(new.get("status"), dict):
+            new["status"].update(copy.deepcopy(change))
+        return new
+
+    with Stack(hosts=2) as stack:
+        assert stack.api is not None
+        stack.api.store.add_admission("directivebreakdowns", spoil)
+        info = stack.wait(stack.submit(JOBDW), timeout=30)
+        assert expected in note(info), note(info)
+        assert "debugMessage" not in note(info) and "not found" not in note(info)
+        assert_clean(stack, info)
