@@ -193,7 +193,8 @@ def plan_servers(
     missing = [h for h in hosts if h not in rabbits]
     if missing:
         raise StorageError(
-            f"no rabbit serves compute node {_echo(missing[0])} (not in the SystemConfiguration)"
+            f"no rabbit serves compute node {one_line(missing[0], ECHO_LIMIT)}"
+            " (not in the SystemConfiguration)"
         )
     per_rabbit: dict[str, int] = {}
     for host in hosts:
