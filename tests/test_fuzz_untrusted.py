@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from waiting import wait_for
 
 from flux_dws.cli.inventory import list_rows
 from flux_dws.cli.views import driver_errors, read_workflow
@@ -400,4 +401,5 @@ def test_one_bad_workflow_among_good_ones(corrupted_stack, key, junk):
         assert (info.exception or {}).get("note"), info.eventlog
         assert jansson_problem(info.exception) is None
     assert not info.holds
-    assert [w for w in stack.workflows() if w["metadata"]["name"].endswith(f"-{bad}")] == []
+    mine = f"fluxjob-{stack.identity}-{bad}"
+    wait_for(lambda: not [w for w in stack.workflows() if w["metadata"]["name"] == mine])

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from flux_dws.errors import PolicyError
 from flux_dws.flux.jobmanager import JobManager
@@ -54,10 +55,15 @@ def note(info: Any) -> str:
 
 
 def assert_clean(stack: Stack, info: Any) -> None:
+    """Nothing held, and the workflow goes (the job may end as soon as flux-dws has let go of
+    it, while DWS still finishes deleting it)."""
     assert info.state == "INACTIVE"
     assert not info.holds, info.holds
     mine = f"fluxjob-{stack.identity}-{info.id}"
-    assert [w for w in stack.workflows() if w["metadata"]["name"] == mine] == []
+    wait_for(
+        lambda: not [w for w in stack.workflows() if w["metadata"]["name"] == mine],
+        what=f"workflow {mine} to be deleted",
+    )
 
 
 def on_workflows(stack: Stack, change: Any) -> None:
