@@ -10,32 +10,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import pwd
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from flux_dws import lifecycle as lc
+from flux_dws.failures import RETRY_MAX as RETRY_MAX  # re-exported for the service
+from flux_dws.failures import RETRY_MIN, FailureRules, primary_group
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.flux.transport import RpcError
-from flux_dws.fsd import format_fsd
 from flux_dws.jobenv import TOKEN_VARIABLE, token_value_problem
-from flux_dws.k8s import KubeError, WorkflowRejected
-from flux_dws.k8s.errors import is_permanent
+from flux_dws.k8s import WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import ProposalInfo
 from flux_dws.loop import Timer
 from flux_dws.request import DwRequest
 from flux_dws.sanitize import one_line
-from flux_dws.states import State
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
 
 log = logging.getLogger("flux-dws")
-
-RETRY_MIN = 0.5  # seconds before retrying a job whose action failed; doubles up to RETRY_MAX
-RETRY_MAX = 60.0
 
 
 class Halt:
@@ -67,11 +62,12 @@ class Tracked:
     observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
     failing_since: float | None = None  # loop time a chain's call first failed (transient)
     patch_failing_since: float | None = None  # the same for desiredState patches
+    async_retry: float = 0.0  # backoff of the calls sent outside the chain (patches, posts)
     unreadable: str = ""  # why the latest version of the workflow could not be read
     alarmed: str = ""  # the unreadable problem already reported
 
 
-class ActionRunner:
+class ActionRunner(FailureRules):
     """The ``_do_<Action>`` handlers of the service, and the helpers they share.
 
     A mixin of Service: handlers read and update the service's tracked jobs and use its loop,
@@ -173,7 +169,7 @@ class ActionRunner:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is None:
-                tracked.patch_failing_since = None
+                tracked.patch_failing_since, tracked.async_retry = None, 0.0
                 adopt(result)
                 return
             if tracked.workflow is asked:  # nothing newer came: back to what was known
@@ -383,11 +379,13 @@ class ActionRunner:
         def posted(error: str | Halt | None) -> None:
             if tracked.posting.get(action.name) is context:
                 del tracked.posting[action.name]
+            if error is None:
+                tracked.async_retry = 0.0
             if error is None or tracked.record is None:
                 return
             log.warning(
                 "job %d: posting %s failed: %s; will retry", tracked.jobid, action.name, error
-            )
+            )  # with backoff: a post Flux refuses must not be sent again every half second
             dws = dict(tracked.record.get("dws") or {})
             if dws.get(action.name) is context:
                 if before is None:
@@ -395,7 +393,7 @@ class ActionRunner:
                 else:
                     dws[action.name] = before
                 self._update_record(tracked, dws=dws)
-            self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+            self._retry_later(tracked)
 
         self.jm.post(tracked.jobid, action.name, context, self._flux_done(posted, "post", tracked))
         done(None)
@@ -417,108 +415,7 @@ class ActionRunner:
             tracked, "deleting the workflow", done, deleted, self.kube.delete_workflow, wf.name
         )
 
-    # ------------------------------------------------------------------ failed calls
-
-    def _call_failed(self, tracked: Tracked, what: str, exc: BaseException, done: Done) -> None:
-        """A Kubernetes call of the job's chain failed.
-
-        A call that can never succeed (flux_dws.k8s.errors.is_permanent) fails the job at
-        once with the API's message; a transient failure is retried with backoff (the chain
-        reports the error) until it has lasted the current state's timeout, then fails the
-        job.  A job already failed keeps retrying, with backoff: its workflow must still go.
-        """
-        text = _error_text(exc)
-        now = self.loop.time()
-        if tracked.failing_since is None:
-            tracked.failing_since = now
-        why = self._why_give_up(tracked, what, exc, text, now - tracked.failing_since)
-        if why is None:
-            done(text)
-            return
-        tracked.failing_since = None
-        self._fail_job(tracked, why, done)
-
-    def _patch_failed(self, tracked: Tracked, name: str, state: State, exc: BaseException) -> None:
-        """A desiredState patch (sent outside the chain) failed: as _call_failed, but the
-        retry is a later decision (the job's chain may be busy with something else)."""
-        text = _error_text(exc)
-        now = self.loop.time()
-        if tracked.patch_failing_since is None:
-            tracked.patch_failing_since = now
-        gone = isinstance(exc, KubeError) and exc.status == 404  # the watch will say so
-        since = now - tracked.patch_failing_since
-        why = (
-            None
-            if gone
-            else self._why_give_up(tracked, f"asking for {state.value}", exc, text, since)
-        )
-        if why is not None:
-            tracked.patch_failing_since = None
-            self._fail_job(tracked, why, self._retry_on_error(tracked))
-            return
-        tracked.retry = min(max(tracked.retry * 2, RETRY_MIN), RETRY_MAX)
-        log.warning(
-            "job %d workflow %s: asking for %s failed: %s; retrying in %.1fs",
-            tracked.jobid,
-            name,
-            state.value,
-            text,
-            tracked.retry,
-        )
-        self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
-
-    def _why_give_up(
-        self, tracked: Tracked, what: str, exc: BaseException, text: str, failing_for: float
-    ) -> str | None:
-        """The job's exception note when a failed call should fail the job, else None."""
-        record = tracked.record
-        if record is None or record.get("exception"):
-            return None  # nothing left to fail: keep retrying (with backoff)
-        if is_permanent(exc):
-            return f"{what} failed: {text}"
-        limit = self._state_timeout(tracked)
-        if failing_for >= limit:
-            return f"{what} kept failing for {format_fsd(limit)}: {text}"
-        return None
-
-    def _state_timeout(self, tracked: Tracked) -> float:
-        """The timeout of the state the job's workflow is in (Proposal before it exists)."""
-        key = tracked.workflow.desired_state.key if tracked.workflow else "proposal"
-        request = tracked.request[0] if tracked.request else None
-        if request is not None:
-            return request.timeouts[key]
-        return self.policy.timeout(key).default
-
     # ------------------------------------------------------------------ helpers
-
-    def _unreadable(self, tracked: Tracked) -> bool:
-        """True (hold the job) while its workflow's latest version cannot be read.
-
-        Such a workflow is neither gone nor understood: deciding from it could fail the job
-        or leak its storage, so nothing is done until a readable version arrives.  The admin
-        (log) and the job (a dws-workflow-unreadable event) are told once per problem.
-        """
-        if not tracked.unreadable:
-            tracked.alarmed = ""
-            return False
-        if tracked.timer:
-            tracked.timer.cancel()
-            tracked.timer = None
-        if tracked.alarmed != tracked.unreadable:
-            tracked.alarmed = tracked.unreadable
-            name = _name(tracked.raw or {})
-            log.error(
-                "job %d workflow %s: cannot read the workflow: %s; the job stays held and the "
-                "workflow is kept until a readable version arrives (fix the object, or "
-                "upgrade flux-dws if DWS added a value)",
-                tracked.jobid,
-                name,
-                tracked.unreadable,
-            )
-            if tracked.record is not None:
-                context = {"workflow": name, "problem": tracked.unreadable}
-                self.jm.post(tracked.jobid, "dws-workflow-unreadable", context, _ignore)
-        return True
 
     def _update_record(self, tracked: Tracked, **changes: Any) -> None:
         """Apply what an action just did to the cached record, ahead of the plugin's update.
@@ -557,27 +454,6 @@ class ActionRunner:
                 return -1
             gid = self._gids[userid] = found
         return gid
-
-
-def primary_group(userid: int) -> int | str:
-    """The primary gid of ``userid`` from the passwd database, or why it cannot be had."""
-    try:
-        return pwd.getpwuid(userid).pw_gid
-    except KeyError:
-        return f"uid {userid} has no passwd entry, so its primary group is unknown"
-    except (OverflowError, TypeError, ValueError) as exc:
-        return f"uid {userid} is not a valid user id ({exc})"
-    except OSError as exc:  # NSS trouble (e.g. an LDAP server down)
-        return f"looking up uid {userid} failed: {exc}"
-
-
-def _ignore(_response: Any, _error: RpcError | None) -> None:
-    """An answer nobody waits for (an alarm event: the log line already said it)."""
-
-
-def _error_text(exc: BaseException) -> str:
-    """A failed call, in one line: Kubernetes errors say enough; others get their type."""
-    return str(exc) if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
 
 
 def _name(obj: Mapping[str, Any]) -> str:

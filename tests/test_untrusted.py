@@ -583,3 +583,18 @@ def test_a_bad_directive_breakdown_fails_the_job_clearly_instead_of_retrying(cha
         assert expected in note(info), note(info)
         assert "debugMessage" not in note(info) and "not found" not in note(info)
         assert_clean(stack, info)
+
+
+def test_a_state_change_that_keeps_failing_transiently_fails_the_job_after_the_state_timeout():
+    with Stack(hosts=2) as stack:
+        assert stack.api is not None
+
+        def no_setup(operation: str, old: dict | None, new: dict) -> None:
+            if operation == "UPDATE" and (new.get("spec") or {}).get("desiredState") == "Setup":
+                raise ApiError(503, "ServiceUnavailable", "webhook backend down")
+
+        stack.api.store.add_admission("workflows", no_setup)
+        info = stack.wait(stack.submit(JOBDW, timeouts={"proposal": "2s"}), timeout=90)
+        assert "asking for Setup kept failing for 2s" in note(info), note(info)
+        assert "webhook backend down" in note(info)
+        assert_clean(stack, info)
