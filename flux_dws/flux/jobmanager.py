@@ -82,3 +82,7 @@ class JobManager:
         """Post a dws-* event; its strings come from DWS, so control characters are escaped."""
         context = json_safe(dict(context), text=True)
         self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
+
+    def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
+        """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""
+        self._rpc("save", {"id": jobid, "key": key, "value": dict(value)}, on_done)
