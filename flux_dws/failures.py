@@ -122,6 +122,9 @@ class FailureRules:
         if tracked.timer:
             tracked.timer.cancel()
             tracked.timer = None
+        # A held job keeps no Proposal slot ([dws] max-proposals): the others go on.  It takes
+        # one again (even past the limit) once its workflow can be read.
+        self._wake(self.window.leave(tracked.jobid))
         if tracked.alarmed != tracked.unreadable:
             tracked.alarmed = tracked.unreadable
             name = _name(tracked.raw or {})

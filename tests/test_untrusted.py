@@ -598,3 +598,28 @@ def test_a_state_change_that_keeps_failing_transiently_fails_the_job_after_the_s
         assert "asking for Setup kept failing for 2s" in note(info), note(info)
         assert "webhook backend down" in note(info)
         assert_clean(stack, info)
+
+
+def test_a_job_held_for_an_unreadable_workflow_keeps_no_proposal_slot():
+    broken = threading.Event()
+    broken.set()
+
+    def pending(_op: str, wf: dict) -> None:
+        lines = (wf.get("spec") or {}).get("dwDirectives") or []
+        status = wf.get("status") or {}
+        if broken.is_set() and any("name=odd" in line for line in lines) and status.get("ready"):
+            status["status"] = "Pending"
+
+    with Stack(hosts=2, config={"max-proposals": 1}) as stack:
+        on_workflows(stack, pending)
+        held = stack.submit("#DW jobdw type=xfs capacity=1GiB name=odd", runtime=0.0)
+        stack.wait_event(held, "dws-workflow-unreadable", timeout=30)
+        other = stack.submit(JOBDW, runtime=0.0)
+        assert stack.wait(other, timeout=30).result == "COMPLETED"
+        broken.clear()
+        assert stack.api is not None
+        name = f"fluxjob-{stack.identity}-{held}"
+        stack.api.store.patch("workflows", "default", name, {"status": {"status": "Completed"}})
+        info = stack.wait(held, timeout=30)
+        assert info.result == "COMPLETED", info.exception
+        assert_clean(stack, info)
