@@ -239,7 +239,7 @@ def test_nul_and_controls_in_a_dws_message_fail_the_job_with_it_escaped_and_tear
         assert_clean(stack, info)
 
 
-def test_an_unreadable_workflow_holds_the_job_then_it_goes_on():
+def test_an_unreadable_workflow_holds_the_job_then_it_goes_on(backend):
     broken = threading.Event()
     broken.set()
 
@@ -248,7 +248,7 @@ def test_an_unreadable_workflow_holds_the_job_then_it_goes_on():
         if broken.is_set() and status.get("state") == "Proposal" and status.get("ready"):
             status["status"] = "Pending"  # not a value this flux-dws knows
 
-    with Stack(hosts=2) as stack:
+    with Stack(hosts=2, backend=backend) as stack:
         on_workflows(stack, pending)
         jobid = stack.submit(JOBDW, runtime=0.0)
         event = stack.wait_event(jobid, "dws-workflow-unreadable", timeout=30)
