@@ -98,6 +98,8 @@ class Policy:
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
     metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
+    max_directives: int = 100  # #DW directives one job may give
+    max_directives_bytes: int = 65536  # their total size in bytes (UTF-8)
     rabbit_scheduling: bool = False  # Fluxion's graph holds rabbits: rewrite #DW jobspecs
     storage_limits: Mapping[str, StorageLimit] = field(default_factory=FrozenMap)
     container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
@@ -344,6 +346,8 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
     "metrics-address": ("metrics_address", _address),
+    "max-directives": ("max_directives", partial(_count, least=1)),
+    "max-directives-bytes": ("max_directives_bytes", partial(_count, least=64)),
     "rabbit-scheduling": ("rabbit_scheduling", _boolean),
     "storage": ("storage_limits", _storage_limits),
     "container-log-size": ("container_log_size", _log_size),

@@ -231,14 +231,14 @@ class Service(Presence, RecordRunner, ActionRunner):
             )
             return
         tracked = self._tracked(jobid)
+        tracked.unreadable = ""
         if kind == "DELETED":
             tracked.workflow, tracked.raw = None, None
         else:
             try:
                 tracked.workflow, tracked.raw = view_workflow(obj), obj
-            except ValueError as exc:
-                log.error("job %d: workflow %s is malformed: %s", jobid, _name(obj), exc)
-                return
+            except ValueError as exc:  # never "gone": the job is held until it can be read
+                tracked.unreadable, tracked.raw = str(exc), obj
         tracked.observed = seen
         self._kick(jobid)
 
@@ -282,7 +282,7 @@ class Service(Presence, RecordRunner, ActionRunner):
 
     def _decide(self, tracked: Tracked) -> None:
         job = self.view(tracked)
-        if job is None:
+        if job is None or self._unreadable(tracked):
             return
         if job.phase is JobPhase.GONE and tracked.workflow is None:
             self._forget(tracked)
@@ -337,7 +337,7 @@ class Service(Presence, RecordRunner, ActionRunner):
 
     def _run_chain(self, tracked: Tracked, chain: list[Any], index: int) -> None:
         if index == len(chain):
-            tracked.busy, tracked.retry = False, 0.0
+            tracked.busy, tracked.retry, tracked.failing_since = False, 0.0, None
             if tracked.dirty:
                 self._kick(tracked.jobid)
             return

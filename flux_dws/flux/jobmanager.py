@@ -13,10 +13,14 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
+from flux_dws.sanitize import json_safe, one_line
 
 log = logging.getLogger(__name__)
 
 RecordsCallback = Callable[[list[dict[str, Any]], bool], None]
+
+#: The longest exception note sent (DWS messages can be any size).
+NOTE_LIMIT = 1024
 
 #: Errors that say a request already took effect (or can no longer): not worth a retry.
 SETTLED_ERRNOS = frozenset({errno.EINVAL, errno.ENOENT})
@@ -30,8 +34,10 @@ class JobManager:
         self.sent: dict[str, int] = {}
 
     def _rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
+        """Send one request; nothing jansson refuses leaves here (flux_dws.sanitize), so a
+        NUL in a DWS message can never make the plugin refuse the request."""
         self.sent[method] = self.sent.get(method, 0) + 1
-        self.transport.rpc(method, payload, on_done)
+        self.transport.rpc(method, json_safe(payload), on_done)
 
     def watch(
         self,
@@ -83,6 +89,7 @@ class JobManager:
     def raise_exception(
         self, jobid: int, type_: str, severity: int, note: str, on_done: Callback
     ) -> None:
+        note = one_line(note, NOTE_LIMIT)
         payload = {"id": jobid, "type": type_, "severity": severity, "note": note}
         self._rpc("raise", payload, on_done)
 
@@ -92,7 +99,9 @@ class JobManager:
         self._rpc("heartbeat", {"report": dict(report)} if report else {}, on_done)
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
-        self._rpc("post", {"id": jobid, "name": name, "context": dict(context)}, on_done)
+        """Post a dws-* event; its strings come from DWS, so control characters are escaped."""
+        context = json_safe(dict(context), text=True)
+        self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
 
     def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
         """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""

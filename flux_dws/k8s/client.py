@@ -8,6 +8,7 @@ for retryable failures (connection trouble, 429, 5xx), at most ``retries`` times
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from flux_dws.k8s.backoff import backoff_delay, retry_after
 from flux_dws.k8s.errors import (
     KubeError,
     KubeSetupError,
+    NameTaken,
     WorkflowRejected,
     describe_status,
     is_retryable_status,
@@ -47,6 +49,7 @@ from flux_dws.k8s.resources import (
     WORKFLOWS,
     ApiVersions,
     ServedGroup,
+    breakdown_refs,
     choose_versions,
     computes_patch,
     container_profile_name,
@@ -170,6 +173,7 @@ class KubeClient:
         self._api = api_client
         self._custom = k8s.CustomObjectsApi(api_client)
         self._core = k8s.CoreV1Api(api_client)
+        self._merge_patch = merge_patch_kwargs(self._custom.patch_namespaced_custom_object)
 
     @classmethod
     def connect(
@@ -251,7 +255,7 @@ class KubeClient:
 
         def fetch() -> Any:
             resp = k8s.ApisApi(self._api).get_api_versions(
-                _preload_content=False, _request_timeout=self.timeout
+                _preload_content=False, _request_timeout=self._timeouts()
             )
             return json.loads(resp.data)
 
@@ -316,13 +320,13 @@ class KubeClient:
         if existing is not None and is_ours(existing, self.identity, jobid):
             log.info("workflow %s for job %d already exists; adopting it", name, jobid)
             return existing
+        if existing is not None:
+            raise NameTaken("create", "workflow", self._workflow(name))
         raise KubeError(
             "create",
             "workflow",
             self._workflow(name),
-            "already exists and is not this instance's (ownership labels differ)"
-            if existing is not None
-            else "conflicted with an object that has since disappeared",
+            "conflicted with an object that has since disappeared",
             status=409,
         )
 
@@ -369,7 +373,7 @@ class KubeClient:
         """The DirectiveBreakdowns listed in ``status.directiveBreakdowns``, in that order."""
         default_ns = (workflow.get("metadata") or {}).get("namespace") or self.namespace
         breakdowns = []
-        for ref in (workflow.get("status") or {}).get("directiveBreakdowns") or []:
+        for ref in breakdown_refs(workflow):
             namespace = ref.get("namespace") or default_ns
             obj = self._get(
                 "directivebreakdown",
@@ -448,7 +452,7 @@ class KubeClient:
 
         def fetch() -> Any:
             resp = self._core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
+                name, namespace, _preload_content=False, _request_timeout=self._timeouts()
             )
             return json.loads(resp.data)
 
@@ -540,6 +544,12 @@ class KubeClient:
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _timeouts(self) -> tuple[float, float]:
+        """(connect, read) seconds for one attempt.  A pair, never one number: clients
+        before the pydantic-generated ones take a lone timeout only as an int and silently
+        ignore a float, which would leave a hanging request without any bound."""
+        return (self.timeout, self.timeout)
+
     def workflow_name(self, jobid: int) -> str:
         return workflow_name(self.identity, jobid)
 
@@ -578,8 +588,8 @@ class KubeClient:
             plural,
             name,
             body,
-            _content_type=MERGE_PATCH,
             retry_conflict=retry_conflict,
+            **self._merge_patch,
         )
 
     def _call(
@@ -600,7 +610,7 @@ class KubeClient:
         with another writer; sending the same patch again is correct.
         """
         if timeout_arg:
-            kwargs["_request_timeout"] = self.timeout
+            kwargs["_request_timeout"] = self._timeouts()
         attempt = 0
         while True:
             attempt += 1
@@ -655,6 +665,21 @@ class KubeClient:
             describe_status(exc.status, exc.reason, message),
             status=exc.status,
         )
+
+
+def merge_patch_kwargs(patch: Callable[..., Any]) -> dict[str, str]:
+    """The keyword that makes ``patch`` send a JSON merge patch, if this client has one.
+
+    The pydantic-generated clients (37.0.2 is tested) take ``_content_type``; older ones
+    (24.2.0 and 33.1.0 are tested) always send a merge patch for custom objects and refuse
+    any keyword they do not list (ApiTypeError), so it is passed only where the signature
+    names it.
+    """
+    try:
+        parameters = inspect.signature(patch).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"_content_type": MERGE_PATCH} if "_content_type" in parameters else {}
 
 
 def _transport_error(verb: str, resource: str, target: str, exc: BaseException) -> KubeError:
