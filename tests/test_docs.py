@@ -453,7 +453,7 @@ def parse_cli(argv: list[str]) -> Any:
     except SystemExit as exc:  # --version and --help exit 0 once printed
         assert exc.code == 0, f"{argv}: {out.getvalue()}"
         return None
-    if args.command in ("status", "logs"):
+    if args.command in ("status", "logs") and args.jobid is not None:
         parse_jobid(args.jobid)
     if args.command == "list":
         parse_states(args.state)
@@ -709,6 +709,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,
     "delete_workflow": lambda k: k.delete_workflow(k.workflow_name(WORKFLOW_ID)),
+    "ping": lambda k: k.ping(),  # GET /version: allowed to everyone, like discovery
 }
 #: Public methods that send nothing themselves.
 NO_REQUESTS = {"connect", "close", "request_counts", "workflow_name"}
