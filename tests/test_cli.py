@@ -477,9 +477,9 @@ def test_without_a_flux_instance_each_command_says_so_in_one_line():
 
 
 def test_usage_errors_are_one_line_naming_the_command_and_bare_usage_fails():
-    code, out, err = run(["status"])
+    code, out, err = run(["logs"])
     assert code == 2 and len(err.splitlines()) == 1 and "JOBID" in err
-    assert err.startswith("flux-dws status: ") and "`flux dws status --help`" in err
+    assert err.startswith("flux-dws logs: ") and "`flux dws logs --help`" in err
     code, out, err = run(["simulate", "--jobs", "many"])
     assert code == 2 and err.startswith("flux-dws simulate: ") and len(err.splitlines()) == 1
     code, out, err = run(["frobnicate"])
