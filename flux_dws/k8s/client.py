@@ -69,6 +69,10 @@ MERGE_PATCH = "application/merge-patch+json"
 
 #: How often a finalizer removal re-reads and retries after a conflict (409).
 CONFLICT_RETRIES = 10
+#: workflows per list request (kubectl's default chunk size), and how often one list may
+#: restart after its continue token expired.
+LIST_PAGE = 500
+LIST_RESTARTS = 3
 
 
 def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
@@ -131,6 +135,9 @@ class _AtMostEvery:
 
 class KubeClient:
     """The DWS and NNF requests of one Flux instance, in one namespace."""
+
+    #: workflows per list request (an instance may lower it, e.g. to exercise paging)
+    list_page: int = LIST_PAGE
 
     def __init__(
         self,
@@ -316,8 +323,40 @@ class KubeClient:
         )
 
     def list_workflows(self, limit: int | None = None) -> tuple[list[dict], str]:
-        """This instance's workflows (by label) and the list's resourceVersion."""
-        extra = {"limit": limit} if limit else {}
+        """This instance's workflows (by label) and the list's resourceVersion.
+
+        Lists in pages of ``list_page`` (a real server throttles one huge list); every page
+        of one list shows the same resourceVersion.  A continue token that expired (410)
+        restarts the list, a bounded number of times.  ``limit``: one page of at most that
+        many, for a cheap probe.
+        """
+        if limit:
+            items, rv, _ = self._list_page(limit, None)
+            return items, rv
+        restarts = 0
+        while True:
+            items: list[dict] = []
+            token: str | None = None
+            try:
+                while True:
+                    page, rv, token = self._list_page(self.list_page, token)
+                    items.extend(page)
+                    if not token:
+                        return items, rv
+            except KubeError as exc:
+                if exc.status != 410 or token is None or restarts >= LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.info(
+                    "listing workflows: continue token expired after %d items; restarting the"
+                    " list (%d of %d)",
+                    len(items),
+                    restarts,
+                    LIST_RESTARTS,
+                )
+
+    def _list_page(self, limit: int, token: str | None) -> tuple[list[dict], str, str | None]:
+        extra = {"_continue": token} if token else {}
         result = self._call(
             "list",
             "workflows in namespace",
@@ -328,9 +367,12 @@ class KubeClient:
             self.namespace,
             WORKFLOWS,
             label_selector=instance_selector(self.identity),
+            limit=limit,
             **extra,
         )
-        return list(result.get("items") or []), version_of(result)
+        meta = result.get("metadata") if isinstance(result, dict) else None
+        token = meta.get("continue") if isinstance(meta, dict) else None
+        return list(result.get("items") or []), version_of(result), token or None
 
     def set_desired_state(self, name: str, state: State, *, hurry: bool = False) -> dict:
         """Merge-patch spec.desiredState (with hurry, only for Teardown)."""

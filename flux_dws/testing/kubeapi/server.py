@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import discovery, errors, openapi, params, subresources
+from . import discovery, errors, openapi, params, protobuf, subresources
 from .errors import ApiError
 from .faults import Faults
 from .managed import Manager
@@ -556,6 +556,8 @@ class _Handler(BaseHTTPRequestHandler):
             data = self.rfile.read(length) if length else b""
         if not data.strip():
             return None
+        if self._content_type() == protobuf.MEDIA_TYPE:
+            return protobuf.decode(data)
         if self._content_type() == APPLY_PATCH:
             try:
                 return yaml.safe_load(data)

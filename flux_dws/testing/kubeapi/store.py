@@ -422,7 +422,9 @@ class Store:
             if key in self._objects.get(plural, {}):
                 raise errors.already_exists(resource.qualified, key[1])
             meta = new["metadata"]
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1, name=key[1])
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), name=key[1])
+            if resource.group:  # custom resources count spec changes; these core kinds do not
+                meta["generation"] = 1
             if resource.namespaced:
                 meta["namespace"] = namespace
             if write.manager is not None:
@@ -586,7 +588,7 @@ class Store:
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 if is_namespace:  # spec.finalizers ["kubernetes"]: the namespace controller
                     new.setdefault("status", {})["phase"] = "Terminating"
-                else:
+                elif resource.group:
                     new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
                 done = self._commit(resource, key, "MODIFIED", new, old, dry_run)
                 if is_namespace and not dry_run:
@@ -810,7 +812,7 @@ class Store:
             or _owners(new) == _owners(old)
         ):
             return old_snap  # a no-op write: nothing changes, not even the resourceVersion
-        if _content(resource, new) != _content(resource, old):
+        if resource.group and _content(resource, new) != _content(resource, old):
             new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
         return self._commit(resource, key, "MODIFIED", new, old_snap, write.dry_run)
 
@@ -980,7 +982,8 @@ def _normalize(resource: Resource, obj: dict) -> None:
         data = obj.setdefault("data", {}) if string_data or "data" in obj else None
         for key, value in string_data.items():
             data[key] = base64.b64encode(str(value).encode()).decode()
-        obj.setdefault("type", "Opaque")
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
     elif resource.plural == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})
