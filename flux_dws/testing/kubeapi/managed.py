@@ -268,7 +268,9 @@ def apply(
     """The object after ``manager`` applies ``config`` to ``live`` (a new dict), with its
     managedFields; raises a 409 Conflict naming every field another manager owns and that
     the configuration would change (unless ``force``, which takes them over)."""
-    applied = field_set(config, status)
+    # An Apply owns a map's or a set's items, not the map itself (an Update that adds the
+    # map owns it too, as the server's diff counts it).
+    applied = field_set(config, status) - frozenset(_MAPS) - frozenset(_SETS)
     base = entries(live["metadata"])
     me = (manager.name, "Apply", "", manager.subresource)
     previous = next((e.fields for e in base if e.key() == me), frozenset())

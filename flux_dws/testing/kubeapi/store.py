@@ -976,7 +976,13 @@ def _check_preconditions(resource: Resource, obj: dict, preconditions: dict) -> 
 
 
 def _normalize(resource: Resource, obj: dict) -> None:
-    """Server-side defaults of the built-in kinds we serve."""
+    """Server-side defaults of the built-in kinds we serve; ObjectMeta's empty collections
+    are dropped, as its Go struct (omitempty) never stores them."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if field in meta and not meta[field] and meta[field] is not None:
+                del meta[field]
     if resource.plural == "secrets":
         string_data = obj.pop("stringData", None) or {}
         data = obj.setdefault("data", {}) if string_data or "data" in obj else None
