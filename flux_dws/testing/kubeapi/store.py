@@ -807,9 +807,7 @@ class Store:
         ):
             return self._commit(resource, key, "DELETED", new, old_snap, write.dry_run)
         if _without_version(new) == _without_version(old) and (
-            write.manager is None
-            or write.manager.operation == "Update"
-            or _owners(new) == _owners(old)
+            write.manager is None or _owners(new) == _owners(old)
         ):
             return old_snap  # a no-op write: nothing changes, not even the resourceVersion
         if resource.group and _content(resource, new) != _content(resource, old):
