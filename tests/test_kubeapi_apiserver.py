@@ -12,10 +12,12 @@ import urllib.error
 import urllib.request
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from flux_dws.testing.kubeapi import subresources
+from flux_dws.testing.kubeapi import managed, subresources
 from flux_dws.testing.kubeapi.paging import EXPIRED_MESSAGE
 
 G = "dataworkflowservices.github.io"
@@ -451,3 +453,39 @@ def test_registered_subresources_are_routed(kubeapi, monkeypatch):
         assert a.read() == b"hello\n"
     assert calls == [("GET", NS, "p", {"x": "1"})]
     assert get_json(kubeapi, f"/api/v1/namespaces/{NS}/pods/p/other")[0] == 404
+
+
+# -- field ownership bookkeeping ---------------------------------------------------------
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["a", "b"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["x", "y", "z"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_objects = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "labels": st.dictionaries(st.sampled_from(["k", "l"]), st.sampled_from(["1", "2"])),
+                "finalizers": st.lists(st.sampled_from(["f/a", "f/b"]), unique=True),
+            },
+        ),
+    },
+    optional={"spec": _values, "status": _values},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_objects, _objects)
+def test_changed_fields_are_what_a_full_comparison_finds(old, new):
+    touched, removed = managed.changed(old, new)
+    old_set, new_set = managed.field_set(old), managed.field_set(new)
+    assert removed == old_set - new_set
+    full = {
+        p for p in new_set if p not in old_set or managed._leaf(old, p) != managed._leaf(new, p)
+    }
+    assert touched == full

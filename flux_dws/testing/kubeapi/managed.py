@@ -41,6 +41,7 @@ _UNTRACKED_META = frozenset(
     }
 )
 _MAPS = (("metadata", "labels"), ("metadata", "annotations"))
+_ABSENT = object()  # a field not present
 _SETS = (("metadata", "finalizers"),)
 
 
@@ -100,22 +101,67 @@ def value_at(obj: Any, path: Path) -> tuple[bool, Any]:
 
 
 def changed(old: Any, new: Any, status: str = "track") -> tuple[FieldSet, FieldSet]:
-    """(set or changed, removed) between two objects."""
-    old_set, new_set = field_set(old, status), field_set(new, status)
-    touched = frozenset(p for p in new_set if p not in old_set or _leaf(old, p) != _leaf(new, p))
-    return touched, old_set - new_set
+    """(set or changed, removed) between two objects, walking only what differs."""
+    touched: set[Path] = set()
+    removed: set[Path] = set()
+    old = old if isinstance(old, dict) else {}
+    for key in set(old) | set(new):
+        if key in ("apiVersion", "kind"):
+            continue
+        if (status == "skip" and key == "status") or (status == "only" and key != "status"):
+            continue
+        was, now = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if key == "metadata" and isinstance(was, dict) and isinstance(now, dict):
+            for meta_key in set(was) | set(now):
+                if meta_key not in _UNTRACKED_META:
+                    _diff(
+                        ("metadata", meta_key),
+                        was.get(meta_key, _ABSENT),
+                        now.get(meta_key, _ABSENT),
+                        touched,
+                        removed,
+                    )
+        elif key != "metadata":
+            _diff((key,), was, now, touched, removed)
+    return frozenset(touched), frozenset(removed)
 
 
-def _leaf(obj: Any, path: Path) -> Any:
+def _diff(path: Path, was: Any, now: Any, touched: set[Path], removed: set[Path]) -> None:
+    if was is now or (type(was) is type(now) and was == now):
+        return
+    if now is _ABSENT:
+        _walk(path, was, removed)
+        return
+    if was is _ABSENT:
+        _walk(path, now, touched)
+        return
+    if isinstance(was, dict) and isinstance(now, dict) and was and now:
+        for key in set(was) | set(now):
+            _diff(
+                path + (str(key),), was.get(key, _ABSENT), now.get(key, _ABSENT), touched, removed
+            )
+        return
+    old_set: set[Path] = set()
+    new_set: set[Path] = set()
+    _walk(path, was, old_set)
+    _walk(path, now, new_set)
+    removed.update(old_set - new_set)
+    touched.update(
+        p
+        for p in new_set
+        if p not in old_set or _leaf(was, p[len(path) :], path) != _leaf(now, p[len(path) :], path)
+    )
+
+
+def _leaf(obj: Any, path: Path, prefix: Path = ()) -> Any:
+    """The value at ``path`` as ownership compares it (map and set nodes compare by item)."""
     present, value = value_at(obj, path)
-    if isinstance(value, dict) and value and path in _MAPS:
+    full = prefix + path
+    if isinstance(value, dict) and value and full in _MAPS:
         return None  # a map node: its keys are compared one by one
-    if isinstance(value, list) and path in _SETS:
+    if isinstance(value, list) and full in _SETS:
         return None
     return value if present else _ABSENT
-
-
-_ABSENT = object()
 
 
 # ---- managedFields entries ---------------------------------------------------------------

@@ -344,18 +344,23 @@ class Store:
                 if (start is None or key > start)
                 and (namespace is None or not resource.namespaced or key[0] == namespace)
             )
+            selected = labels or fields
             chosen = (
-                table[key]
-                for key in keys
-                if matches(labels, table[key].obj["metadata"].get("labels"))
-                and fields_match(fields, table[key].obj)
+                (index, table[key])
+                for index, key in enumerate(keys)
+                if not selected
+                or (
+                    matches(labels, table[key].obj["metadata"].get("labels"))
+                    and fields_match(fields, table[key].obj)
+                )
             )
             items: list[_Snapshot] = []
-            for snap in chosen:
+            for index, snap in chosen:
                 if limit and len(items) == limit:
-                    rest = 1 + sum(1 for _ in chosen)
+                    # one more matches: this page ends here.  The server counts what is left
+                    # only when nothing is filtered (remainingItemCount is unset otherwise).
                     last = _key(resource, items[-1].obj)
-                    remaining = None if labels or fields else rest
+                    remaining = None if selected else len(keys) - index
                     out = [s.out(shared) for s in items]
                     return out, str(rv), paging.encode(rv, last), remaining
                 items.append(snap)
