@@ -1,7 +1,7 @@
 """The adapter lists its workflows in pages, as a real server wants at 10,000 of them.
 
 KubeClient.list_workflows (start-up, and the watch's relist after a 410) asks for
-``list_page`` workflows at a time and follows continue tokens; an expired token restarts the
+``LIST_PAGE`` (500) workflows at a time and follows continue tokens; an expired token restarts the
 list.  Everything goes over HTTP to the stand-in API server.
 """
 
@@ -27,7 +27,7 @@ def kube(kubeapi):
         namespace=NS, identity="pager", kubeconfig=kubeapi.kubeconfig, timeout=2.0
     )
     client.backoff_max = 0.2
-    client.list_page = 2
+    client._page_size = 2  # pages of two, to see several
     yield client
     client.close()
 

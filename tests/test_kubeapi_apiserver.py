@@ -399,6 +399,7 @@ def test_every_parse_bool_spelling_of_false_lists(kubeapi, spelling):
         ("watch=yes", 'strconv.ParseBool: parsing "yes": invalid syntax'),
         ("allowWatchBookmarks=on&watch=1", 'strconv.ParseBool: parsing "on": invalid syntax'),
         ("limit=ten", 'strconv.ParseInt: parsing "ten": invalid syntax'),
+        ("watch=1&timeoutSeconds=1.5", 'strconv.ParseInt: parsing "1.5": invalid syntax'),
     ],
 )
 def test_malformed_parameters_are_400(kubeapi, query, message):
@@ -432,6 +433,10 @@ def test_the_status_subresource_keeps_spec_and_status_apart(kubeapi, co):
     assert status["metadata"]["generation"] == 2  # status changes do not count
     read = co.get_namespaced_custom_object_status(G, V, NS, "storages", "r")
     assert read["status"]["status"] == "Failed"
+    status, found, _ = get_json(kubeapi, f"/apis/{G}/{V}")
+    names = {r["name"]: r["verbs"] for r in found["resources"]}
+    assert names["storages/status"] == ["get", "patch", "update"]
+    assert "workflows/status" not in names
     # Workflow declares no status subresource: /status is not there, and status is data
     kubeapi.store.create("workflows", NS, workflow("wf"))
     assert (

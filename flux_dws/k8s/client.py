@@ -137,7 +137,7 @@ class KubeClient:
     """The DWS and NNF requests of one Flux instance, in one namespace."""
 
     #: workflows per list request (an instance may lower it, e.g. to exercise paging)
-    list_page: int = LIST_PAGE
+    _page_size: int = LIST_PAGE
 
     def __init__(
         self,
@@ -325,7 +325,7 @@ class KubeClient:
     def list_workflows(self, limit: int | None = None) -> tuple[list[dict], str]:
         """This instance's workflows (by label) and the list's resourceVersion.
 
-        Lists in pages of ``list_page`` (a real server throttles one huge list); every page
+        Lists in pages of ``LIST_PAGE`` (a real server throttles one huge list); every page
         of one list shows the same resourceVersion.  A continue token that expired (410)
         restarts the list, a bounded number of times.  ``limit``: one page of at most that
         many, for a cheap probe.
@@ -339,7 +339,7 @@ class KubeClient:
             token: str | None = None
             try:
                 while True:
-                    page, rv, token = self._list_page(self.list_page, token)
+                    page, rv, token = self._list_page(self._page_size, token)
                     items.extend(page)
                     if not token:
                         return items, rv

@@ -220,6 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw_query = parse_qs(url.query, keep_blank_values=True)
         query = {k: v[-1] for k, v in raw_query.items()}
         self._dry_run_values = raw_query.get("dryRun", [])
+        self._query = query
         self._warnings: list[str] = []
         try:
             body = self._read_body()
@@ -398,6 +399,9 @@ class _Handler(BaseHTTPRequestHandler):
         if target.subresource is not None:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
         store = self.server.api.store
+        query = self._query
+        params.integer(query, "gracePeriodSeconds")  # malformed: 400, as decoding would fail
+        params.boolean(query, "orphanDependents")
         options = body if isinstance(body, dict) else {}
         sent = options.get("dryRun")
         dry_run = params.dry_run(
@@ -440,7 +444,8 @@ class _Handler(BaseHTTPRequestHandler):
         rv = query.get("resourceVersion") or ""
         bookmarks = params.boolean(query, "allowWatchBookmarks")
         as_table = wants_table(self.headers.get("Accept", ""))  # kubectl get -w
-        timeout = _float(query.get("timeoutSeconds"), api.default_watch_timeout)
+        seconds = params.integer(query, "timeoutSeconds")
+        timeout = api.default_watch_timeout if seconds is None else float(max(seconds, 0))
         failure: ApiError | None = None
         watch: Watch | None = None
         if rv not in ("", "0") and api.faults.take_forced_410():
@@ -800,13 +805,6 @@ def _object_body(body: Any) -> dict:
     if not isinstance(body, dict):
         raise errors.bad_request("the request body must be a JSON object")
     return body
-
-
-def _float(text: str | None, default: float) -> float:
-    try:
-        return float(text) if text else default
-    except ValueError:
-        raise errors.bad_request(f"invalid timeoutSeconds {text!r}") from None
 
 
 def _not_found() -> ApiError:
