@@ -112,12 +112,18 @@ def test_a_list_that_keeps_expiring_gives_up_with_the_410(kubeapi, kube):
     assert info.value.status == 410
 
 
-def test_the_watch_lists_and_relists_in_pages(kubeapi, kube):
+def test_the_watch_lists_and_relists_in_pages_and_keeps_no_managed_fields(kubeapi, kube):
     expected = make(kube, range(1, 6))
     seen: list[tuple[str, str]] = []
+    kept: list[dict] = []
+
+    def record(kind: str, obj: dict) -> None:
+        seen.append((kind, obj["metadata"]["name"]))
+        kept.append(obj)
+
     watch = WorkflowWatch(
         kube,
-        lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+        record,
         backoff_max=0.2,
         backoff_base=0.02,
         watch_timeout=30,
@@ -128,6 +134,9 @@ def test_the_watch_lists_and_relists_in_pages(kubeapi, kube):
         wait_for(lambda: len(seen) == 5, what="five ADDED from the paged start-up list")
         assert sorted(name for _, name in seen) == expected
         assert kubeapi.request_counts()[("list", "workflows")] == 3
+        # the server's managedFields are not held: nothing reads them
+        assert kubeapi.store.get("workflows", NS, expected[0])["metadata"]["managedFields"]
+        assert not any("managedFields" in obj["metadata"] for obj in kept)
         kubeapi.faults.force_410_next_watch()
         kubeapi.faults.cut_watches()
         wait_for(
