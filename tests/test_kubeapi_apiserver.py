@@ -130,6 +130,12 @@ def test_unknown_fields_are_refused_when_strict_and_pruned_otherwise(kubeapi, co
         assert answer.status == 201
         assert answer.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
     assert "bogus" not in kubeapi.store.get("workflows", NS, "wf")["spec"]
+    status, answer = failure(
+        lambda: co.patch_namespaced_custom_object(
+            G, V, NS, "workflows", "wf", {"spec": {"extra": 1}}, field_validation="Strict"
+        )
+    )
+    assert status == 400 and 'unknown field "spec.extra"' in answer["message"]
 
 
 # -- 3. server-side apply and managedFields ---------------------------------------------

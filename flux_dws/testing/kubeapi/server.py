@@ -325,6 +325,8 @@ class _Handler(BaseHTTPRequestHandler):
                     ["force: Forbidden: may not be specified for non-apply patch"],
                 )
             patch = self._patch_body(target, body)
+            if isinstance(patch, dict):  # a merge patch mirrors the object: same field checks
+                self._check_fields(target, query, patch)
             patched = store.patch(plural, namespace, name or "", patch, shared=True, write=write)
             self._send_json(200, self._versioned(target, patched))
 
