@@ -40,6 +40,8 @@ from flux_dws.k8s.resources import (
     DWS_GROUP,
     NNF_GROUP,
     SERVERS,
+    STORAGE_NAMESPACE,
+    STORAGES,
     SYSTEM_CONFIGURATION,
     SYSTEM_CONFIGURATIONS,
     WORKFLOWS,
@@ -426,6 +428,21 @@ class KubeClient:
             SYSTEM_CONFIGURATIONS,
             name,
         )
+
+    def list_storages(self) -> list[dict]:
+        """Every rabbit's Storage resource (capacity, health, links to its computes)."""
+        found = self._call(
+            "list",
+            "storages",
+            STORAGE_NAMESPACE,
+            self._custom.list_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            STORAGE_NAMESPACE,
+            STORAGES,
+        )
+        items = found.get("items") if isinstance(found, Mapping) else None
+        return [i for i in items or [] if isinstance(i, dict)]
 
     def read_container_profile(self, workflow: Mapping) -> dict | None:
         """The container profile nnf-sos pinned for this workflow, or None.

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import discovery, errors, openapi, params, protobuf, subresources
+from . import discovery, errors, openapi, params, podlog, protobuf, subresources
 from .errors import ApiError
 from .faults import Faults
 from .managed import Manager
@@ -224,6 +224,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._warnings: list[str] = []
         try:
             body = self._read_body()
+            pod_log = podlog.match(url.path) if method == "GET" else None
+            if pod_log is not None:  # the one subresource served (text/plain)
+                api._count("get", "pods/log")
+                self._send_text(200, podlog.serve(api.store, *pod_log, query))
+                return
             target = parse_path(url.path)
             if isinstance(target, ResourcePath) and not api.serves(target.resource.group):
                 raise _not_found()
@@ -597,6 +602,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         for warning in getattr(self, "_warnings", ()):
             self.send_header("Warning", f"299 - {errors.go_quote(warning)}")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_text(self, code: int, data: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
