@@ -12,6 +12,7 @@ from flux_dws.testing.dwssim.companions import (
     system_configuration,
 )
 from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, PROFILE_PLURAL, seeded_profiles
+from flux_dws.testing.dwssim.datamovement import DM_NAMESPACE
 from flux_dws.testing.kubeapi.errors import ApiError
 
 
@@ -43,7 +44,9 @@ def seed(
         if rabbits is not None
         else group_computes(computes, per_rabbit)
     )
-    for namespace in ("default", PROFILE_NAMESPACE):
+    # The namespaces NNF runs in: profiles in nnf-system, Lustre data movement in
+    # nnf-dm-system, and one per rabbit node (its per-rabbit objects live there).
+    for namespace in ("default", PROFILE_NAMESPACE, DM_NAMESPACE, *mapping):
         try:
             store.create("namespaces", None, {"metadata": {"name": namespace}})
         except ApiError as exc:
