@@ -96,6 +96,11 @@ class Policy:
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    # rabbit and node health (flux_dws.health, doc/guide/admin.rst):
+    drain_compute_nodes: bool = True  # drain nodes whose rabbit or rabbit link is down
+    drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
+    health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
+    failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -267,6 +272,10 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "heartbeat": ("heartbeat", _interval),
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
+    "drain-compute-nodes": ("drain_compute_nodes", _boolean),
+    "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
+    "health-interval": ("health_interval", _interval),
+    "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flux_dws.errors import RequestError
+from flux_dws.health import Failures
 from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest, request_from_attributes
@@ -41,6 +42,7 @@ def job_view(
     *,
     groupid: int,
     proposal: ProposalInfo | None = None,
+    failures: Failures | None = None,
 ) -> JobView:
     """Build the lifecycle core's view of one job from its record and parsed request."""
     userid = int(record["userid"])
@@ -64,8 +66,16 @@ def job_view(
         deadline=_number(state_event.get("deadline")) if posted_state else None,
         transient=_transient(dws.get("dws-transient")),
         container_recorded=_container(dws.get("dws-container")),
+        tolerated=_nodes((dws.get("dws-tolerated") or {}).get("all")),
         proposal=proposal,
+        failures=failures,
     )
+
+
+def _nodes(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({v for v in value if isinstance(v, str)}))
 
 
 def _state(value: Any) -> State | None:

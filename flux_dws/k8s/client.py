@@ -35,13 +35,17 @@ from flux_dws.k8s.errors import (
 )
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
+    CLIENTMOUNTS,
     COMPUTES,
     CONTAINER_PROFILES,
     DWS_GROUP,
     NNF_GROUP,
     SERVERS,
+    STORAGES,
     SYSTEM_CONFIGURATION,
     SYSTEM_CONFIGURATIONS,
+    SYSTEM_STATUS,
+    SYSTEM_STATUSES,
     WORKFLOWS,
     ApiVersions,
     ServedGroup,
@@ -383,6 +387,92 @@ class KubeClient:
             namespace,
             SYSTEM_CONFIGURATIONS,
             name,
+        )
+
+    # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.health) --------------
+
+    def list_storages(self) -> list[dict]:
+        """Every rabbit's Storage resource (namespace ``default``)."""
+        result = self._call(
+            "list",
+            "storages",
+            "default",
+            self._custom.list_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            "default",
+            STORAGES,
+        )
+        return list(result.get("items") or [])
+
+    def read_system_status(self) -> dict | None:
+        namespace, name = SYSTEM_STATUS
+        return self._get(
+            "systemstatus",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_STATUSES,
+            name,
+        )
+
+    def write_system_status(self, patch: dict, exists: bool) -> dict:
+        """Merge-patch SystemStatus default/default, or create it holding ``patch``."""
+        namespace, name = SYSTEM_STATUS
+        if exists:
+            return self._patch("systemstatus", namespace, name, SYSTEM_STATUSES, patch)
+        body = {
+            "apiVersion": f"{DWS_GROUP}/{self.versions.workflow}",
+            "kind": "SystemStatus",
+            "metadata": {"name": name, "namespace": namespace},
+            **patch,
+        }
+        return self._call(
+            "create",
+            "systemstatus",
+            f"{namespace}/{name}",
+            self._custom.create_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_STATUSES,
+            body,
+        )
+
+    def list_clientmounts(self, workflow: str, namespace: str | None = None) -> list[dict]:
+        """The ClientMounts of a workflow (one per compute node, in the node's namespace)."""
+        selector = (
+            f"{DWS_GROUP}/workflow.name={workflow},"
+            f"{DWS_GROUP}/workflow.namespace={namespace or self.namespace}"
+        )
+        result = self._call(
+            "list",
+            "clientmounts",
+            workflow,
+            self._custom.list_cluster_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            CLIENTMOUNTS,
+            label_selector=selector,
+        )
+        return list(result.get("items") or [])
+
+    def read_servers(self, namespace: str, name: str) -> dict | None:
+        return self._get(
+            "servers",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SERVERS,
+            name,
+        )
+
+    def force_ready(self, name: str) -> dict:
+        """spec.forceReady: DWS takes the current state as ready (failure tolerance)."""
+        return self._patch(
+            "workflow", self.namespace, name, WORKFLOWS, {"spec": {"forceReady": True}}
         )
 
     def read_container_profile(self, workflow: Mapping) -> dict | None:

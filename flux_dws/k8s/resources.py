@@ -31,6 +31,10 @@ CONTAINER_PROFILES = "nnfcontainerprofiles"
 
 #: DWS keeps the one SystemConfiguration here.
 SYSTEM_CONFIGURATION = ("default", "default")
+SYSTEM_STATUS = ("default", "default")
+STORAGES = "storages"
+SYSTEM_STATUSES = "systemstatuses"
+CLIENTMOUNTS = "clientmounts"
 
 #: nnf-sos defaults when a profile leaves a timeout out (dws-api.md section 4).
 DEFAULT_CONTAINER_TIMEOUT = 300

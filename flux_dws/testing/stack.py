@@ -159,6 +159,7 @@ class Stack:
             jobmanager=JobManager(self._connection),
             kube=kube,
             owner_uid=self.owner_uid,
+            nodes=self.flux.nodes(loop),
         )
         loop.call_soon(service.start)
         loop.start_thread()

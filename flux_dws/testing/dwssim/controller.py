@@ -33,6 +33,7 @@ from flux_dws.errors import DirectiveError
 from flux_dws.states import State, Status
 from flux_dws.storage import rabbit_map
 from flux_dws.testing.dwssim import companions as cmp
+from flux_dws.testing.dwssim import faults as flt
 from flux_dws.testing.dwssim.containers import (
     PROFILE_NAMESPACE,
     PROFILE_PLURAL,
@@ -151,6 +152,8 @@ class DwsSim:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: Any = None
+        #: rabbits whose Setup fails and computes whose mount fails (flux_dws...faults)
+        self.faults = flt.Faults()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -412,7 +415,13 @@ class DwsSim:
             name = cmp.indexed_name(workflow, index)
             for plural in ("directivebreakdowns", "servers", PROFILE_PLURAL):
                 targets.append((plural, name))
-        for plural, name in targets:
+        selector = f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']}"
+        for mount in self._store.list("clientmounts", None, selector, shared=True)[0]:
+            targets.append(
+                ("clientmounts", mount["metadata"]["name"], mount["metadata"]["namespace"])
+            )
+        for plural, name, *where in targets:
+            namespace = where[0] if where else meta["namespace"]
             try:
                 self._store.delete(plural, namespace, name, shared=True)
                 self._count(plural)
@@ -623,7 +632,12 @@ class DwsSim:
                 WLM,
                 "Fatal",
             ).fail()
-        self._set_status("servers", servers, cmp.servers_status(servers, _now()))
+        status = cmp.servers_status(servers, _now())
+        failed = [r for r in flt.rabbits_of(servers) if r in self.faults.snapshot()[0]]
+        if failed:
+            self._set_status("servers", servers, flt.failed_servers_status(status, failed))
+            return flt.setup_failure(failed)
+        self._set_status("servers", servers, status)
         return Complete()
 
     def _prerun(self, wf: dict[str, Any], d: Directive) -> Outcome:
@@ -632,7 +646,9 @@ class DwsSim:
             parsed = [x for x in self._directives(wf).values() if isinstance(x, Directive)]
             if cmp.COPY_OFFLOAD in cmp.requires_of(d):
                 self._issue_token(wf)
-            return Complete(env=cmp.storage_env(wf, d, parsed))
+            env = cmp.storage_env(wf, d, parsed)
+            failed = self._mount(wf, d, env)
+            return flt.mount_failure(failed) if failed else Complete(env=env)
         if d.command != "container":
             return Complete()
         settings = self._profile(wf, d)
@@ -668,6 +684,18 @@ class DwsSim:
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
         return Complete()
+
+    def _mount(self, wf: dict[str, Any], d: Directive, env: Mapping[str, str]) -> list[str]:
+        """nnf-sos mounts the file system on each of the workflow's computes: one ClientMount
+        per compute; the computes whose mount failed."""
+        meta = wf["metadata"]
+        computes = self._get("computes", meta["namespace"], meta["name"]) or {}
+        hosts = [c.get("name", "") for c in computes.get("data") or [] if c.get("name")]
+        broken = self.faults.snapshot()[1]
+        path = cmp.mount_path(wf, d.index)
+        for host in hosts:
+            self._ensure("clientmounts", flt.clientmount(wf, d.index, host, path, host in broken))
+        return [h for h in hosts if h in broken]
 
     def _elapsed(self, wf: Mapping[str, Any], state: State) -> float:
         started = self._entered.get(wf["metadata"].get("uid", ""), {}).get(state)

@@ -1,0 +1,162 @@
+"""The service's hands on Flux's nodes: drain state, drain, undrain, Fluxion's rabbit pools.
+
+flux-core's resource module answers ``resource.status`` (R, the drained ranks with their
+reasons, the offline ranks) and ``resource.drain`` / ``resource.undrain`` (targets as a
+hostlist or idset; ``mode`` "update" leaves a node that already has a reason alone and skips
+nodes not drained on undrain).  The service runs as the instance owner, which these RPCs
+require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to mark a
+rabbit's ssd vertex up or down.
+
+``parse_resource_status`` is pure; ``FluxNodes`` is the thin adapter over a Flux handle and
+fakeflux has its own (flux_dws.testing.fakeflux.nodes) with the same semantics.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+from flux_dws.frozen import FrozenMap
+
+log = logging.getLogger("flux-dws")
+
+#: Where a rabbit's ssd pool sits in Fluxion's resource graph (flux-coral2's JGF layout).
+FLUXION_SSD_PATH = "/cluster0/{rabbit}/ssd0"
+
+Done = Callable[[Optional[str]], None]  # None, or a one-line error
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """Flux's view of its nodes: every host, the drained ones with reasons, the offline ones."""
+
+    hosts: tuple[str, ...] = ()
+    drained: Mapping[str, str] = field(default_factory=FrozenMap)
+    offline: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drained", FrozenMap(dict(self.drained)))
+
+
+class NodeControl(Protocol):
+    """What the health monitor and the job actions need from Flux; callbacks on the loop."""
+
+    def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None: ...
+
+    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
+        """Drain ``hosts``; a host already drained keeps its reason unless ``replace``."""
+
+    def undrain(self, hosts: Sequence[str], on_done: Done) -> None: ...
+
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+        """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent)."""
+
+
+def decode_idset(text: str) -> list[int]:
+    """An RFC 22 idset ("0-3,7") -> its ids; ValueError when it is not one."""
+    ids: list[int] = []
+    for part in text.split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if last < first:
+            raise ValueError(f"bad idset range {part!r}")
+        ids.extend(range(first, last + 1))
+    return ids
+
+
+def parse_resource_status(
+    response: Mapping[str, Any], expand: Callable[[Iterable[str]], list[str]]
+) -> NodeStatus:
+    """A ``resource.status`` response -> NodeStatus; ``expand`` turns R's nodelist (hostlist
+    strings) into hostnames in rank order."""
+    execution = (response.get("R") or {}).get("execution") or {}
+    ranks: list[int] = []
+    for entry in execution.get("R_lite") or []:
+        ranks.extend(decode_idset(str(entry.get("rank", ""))))
+    names = expand(execution.get("nodelist") or [])
+    by_rank = dict(zip(sorted(set(ranks)), names))
+    drained: dict[str, str] = {}
+    for ids, info in (response.get("drain") or {}).items():
+        for rank in decode_idset(str(ids)):
+            if rank in by_rank:
+                drained[by_rank[rank]] = str((info or {}).get("reason") or "")
+    offline = {by_rank[r] for r in decode_idset(str(response.get("offline") or "")) if r in by_rank}
+    return NodeStatus(tuple(names), drained, frozenset(offline))
+
+
+class FluxNodes:
+    """NodeControl over a Flux handle (call only on the FluxLoop's thread)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self._fluxion: bool | None = None  # unknown until the first set_status answers
+
+    def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
+        self.handle.rpc(topic, dict(payload), nodeid=0).then(lambda f: then(f))
+
+    @staticmethod
+    def _error(future: Any) -> tuple[Any, str | None, int]:
+        try:
+            return future.get(), None, 0
+        except OSError as exc:
+            try:
+                text = future.error_string() or exc.strerror or str(exc)
+            except Exception:  # the future may be gone with the handle
+                text = exc.strerror or str(exc)
+            return None, text, exc.errno or 0
+
+    def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None:
+        from flux.hostlist import Hostlist
+
+        def expand(nodelist: Iterable[str]) -> list[str]:
+            names: list[str] = []
+            for item in nodelist:
+                names.extend(Hostlist(item))
+            return names
+
+        def answered(future: Any) -> None:
+            response, error, _ = self._error(future)
+            if error is not None:
+                on_done(None, f"resource.status: {error}")
+                return
+            try:
+                on_done(parse_resource_status(response or {}, expand), None)
+            except (ValueError, TypeError, AttributeError) as exc:
+                on_done(None, f"resource.status: unreadable answer: {exc}")
+
+        self._rpc("resource.status", {}, answered)
+
+    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
+        payload = {"targets": ",".join(hosts), "reason": reason}
+        payload["mode"] = "overwrite" if replace else "update"
+        self._rpc("resource.drain", payload, lambda f: on_done(self._error(f)[1]))
+
+    def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
+        payload = {"targets": ",".join(hosts), "mode": "update"}
+        self._rpc("resource.undrain", payload, lambda f: on_done(self._error(f)[1]))
+
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+        if self._fluxion is False:
+            on_done(None)
+            return
+        payload = {
+            "resource_path": FLUXION_SSD_PATH.format(rabbit=rabbit),
+            "status": "up" if up else "down",
+        }
+
+        def answered(future: Any) -> None:
+            _, error, errnum = self._error(future)
+            if errnum == errno.ENOSYS:
+                self._fluxion = False
+                log.info("sched-fluxion-resource is not loaded: rabbit pools are not marked down")
+                on_done(None)
+                return
+            self._fluxion = True
+            on_done(None if error is None else f"sched-fluxion-resource.set_status: {error}")
+
+        self._rpc("sched-fluxion-resource.set_status", payload, answered)
