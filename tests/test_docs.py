@@ -696,6 +696,15 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,
     "delete_workflow": lambda k: k.delete_workflow(k.workflow_name(WORKFLOW_ID)),
+    "list_storages": lambda k: k.list_storages(),
+    "read_system_status": lambda k: k.read_system_status(),
+    "write_system_status": lambda k: [
+        k.write_system_status({"data": {"nodes": {"compute-01": "Enabled"}}}, exists)
+        for exists in (False, True)
+    ],
+    "list_clientmounts": lambda k: k.list_clientmounts(k.workflow_name(WORKFLOW_ID)),
+    "read_servers": lambda k: k.read_servers(k.namespace, "nosuch"),
+    "force_ready": lambda k: k.force_ready(k.workflow_name(WORKFLOW_ID)),
 }
 #: Public methods that send nothing themselves.
 NO_REQUESTS = {"connect", "close", "request_counts", "workflow_name"}
@@ -719,6 +728,8 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     grants, where = rbac_grants()
     assert used == grants
     assert where.pop("systemconfigurations") == {SYSTEM_CONFIGURATION[0]}
+    for health in ("storages", "clientmounts", "systemstatuses"):  # cluster-wide, read mostly
+        assert where.pop(health) == {"*"}, health
     assert all(scopes == {Policy().namespace} for scopes in where.values()), where
 
 
