@@ -388,7 +388,9 @@ class ActionRunner:
 
     def _do_DeleteWorkflow(self, tracked: Tracked, action: lc.DeleteWorkflow, done: Done) -> None:
         wf = tracked.workflow
-        assert wf is not None
+        if wf is None:  # gone while the chain ran (the watch said so): nothing to delete
+            done(None)
+            return
         if tracked.deleted == wf.uid:  # done already; waiting for the watch to say so
             done(None)
             return

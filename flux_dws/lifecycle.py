@@ -97,6 +97,7 @@ class JobView:
     transient: tuple[State, float] | None = None  # dws-transient: (state, since)
     container_recorded: ContainerState | None = None  # dws-container
     tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
+    teardown_failed: bool = False  # dws-teardown-failed
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
     proposal: ProposalInfo | None = None
     # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
@@ -409,7 +410,9 @@ def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> lis
     if wf.complete:
         return [*actions, DeleteWorkflow()]
     stuck = _teardown_stuck(job, wf, now)
-    if stuck:
+    if stuck and job.teardown_failed:
+        actions.append(DeleteWorkflow())  # recorded (and drained) already
+    elif stuck:
         drain = policy.drain_on_teardown_failure and bool(job.hosts)
         context = {
             "workflow": wf.name,

@@ -66,6 +66,7 @@ def job_view(
         deadline=_number(state_event.get("deadline")) if posted_state else None,
         transient=_transient(dws.get("dws-transient")),
         container_recorded=_container(dws.get("dws-container")),
+        teardown_failed="dws-teardown-failed" in dws,
         tolerated=_nodes((dws.get("dws-tolerated") or {}).get("all")),
         proposal=proposal,
         failures=failures,

@@ -32,6 +32,7 @@ from flux_dws.request import request_from_attributes
 from flux_dws.service import Service
 from flux_dws.states import State
 from flux_dws.testing.dwssim import DwsSim, compute_names, seed
+from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 from flux_dws.testing.kubeapi.admission import deny
@@ -54,6 +55,7 @@ class Stack:
         api_process: bool = False,
         service_process: bool = False,
         backend: str = "fake",
+        per_rabbit: int = 16,
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -63,6 +65,7 @@ class Stack:
         self.backend = backend
         self.identity = identity
         self.hosts = compute_names(hosts)
+        self.per_rabbit = per_rabbit
         self.api_process = api_process
         self.service_process = service_process and backend == "fake"
         self._process: subprocess.Popen[str] | None = None
@@ -90,7 +93,7 @@ class Stack:
         else:
             self.api = KubeApi(seed=self.seed).start()
             self.api.write_kubeconfig(self.kubeconfig)
-            seed(self.api.store, computes=self.hosts)
+            self.rabbits = seed(self.api.store, computes=self.hosts, per_rabbit=self.per_rabbit)
             self.sim = DwsSim(
                 self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
             ).start()
@@ -265,12 +268,16 @@ class Stack:
         nnodes: int = 1,
         exit_status: int = 0,
         userid: int | None = None,
+        tolerance: int | None = None,
     ) -> int:
-        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...` would."""
+        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...
+        -S dw_failure_tolerance=N` would."""
         assert self.flux is not None
         attributes: dict[str, Any] = {"dw": dw if isinstance(dw, str) else list(dw)}
         if timeouts:
             attributes["dw_timeout"] = dict(timeouts)
+        if tolerance is not None:
+            attributes["dw_failure_tolerance"] = tolerance
         return self.flux.submit(
             attributes, userid=userid, nnodes=nnodes, runtime=runtime, exit_status=exit_status
         )
@@ -323,6 +330,11 @@ class Stack:
                 raise deny(reason)
 
         self.api.store.add_admission("workflows", hook)
+
+    def set_rabbit(self, rabbit: str, status: str, **kw: Any) -> None:
+        """What DWS's Storage controller reports: the rabbit (or some links) change status."""
+        assert self.api is not None
+        set_rabbit_status(self.api.store, rabbit, status, **kw)
 
     def workflows(self) -> list[dict[str, Any]]:
         """This instance's workflows still in the API server."""

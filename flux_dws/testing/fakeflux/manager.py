@@ -218,8 +218,12 @@ class FakeFlux:
 
     def undrain(self, targets: str, mode: str | None = None) -> None:
         """``flux resource undrain``; a freed node may take a waiting job."""
-        self.loop.run_sync(self.drains.undrain, targets, mode)
-        self.loop.call_soon(self._request_schedule)
+        self.loop.run_sync(self.undrain_on_loop, targets, mode)
+
+    def undrain_on_loop(self, targets: str, mode: str | None = None) -> None:
+        """undrain() for callers on the job-manager's own thread (the resource module)."""
+        self.drains.undrain(targets, mode)
+        self._request_schedule()
 
     def drained(self) -> dict[str, str]:
         """``flux resource drain``: drained host -> reason."""

@@ -113,10 +113,14 @@ class FakeNodes:
 
     def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
         mode = "overwrite" if replace else "update"
-        self._call(lambda: self.flux.drain(",".join(hosts), reason, mode), lambda _r, e: on_done(e))
+        self._call(
+            lambda: self.flux.drains.drain(",".join(hosts), reason, mode), lambda _r, e: on_done(e)
+        )
 
     def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
-        self._call(lambda: self.flux.undrain(",".join(hosts), "update"), lambda _r, e: on_done(e))
+        self._call(
+            lambda: self.flux.undrain_on_loop(",".join(hosts), "update"), lambda _r, e: on_done(e)
+        )
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
         if not self.fluxion:
