@@ -277,9 +277,9 @@ class RealFlux:
         return dict(status.drained)
 
     def drain_table(self) -> str:
-        """What `flux resource drain` prints."""
+        """What `flux resource drain -o "{nodelist} {reason}"` prints (reasons not cut)."""
         out = subprocess.run(
-            [self.flux, "resource", "drain"],
+            [self.flux, "resource", "drain", "-no", "{nodelist} {reason}"],
             env=self._env(),
             capture_output=True,
             text=True,
