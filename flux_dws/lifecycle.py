@@ -524,12 +524,9 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     events: list[Action] = []
     if not job.workflow_created:
         timeouts = job.request.describe_timeouts() if job.request else {}
-        events.append(
-            PostEvent(
-                "dws-workflow",
-                {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts},
-            )
-        )
+        tolerance = job.request.failure_tolerance if job.request else 0
+        context = {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts}
+        events.append(PostEvent("dws-workflow", {**context, "failure_tolerance": tolerance}))
     if job.proposal is not None and not job.proposal_recorded:
         events.append(PostEvent("dws-proposal", job.proposal.to_json()))
     state = wf.desired_state

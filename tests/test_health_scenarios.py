@@ -8,11 +8,14 @@ rabbit-0 serves compute-01/02, rabbit-1 serves compute-03/04.
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Any
 
 import pytest
 
+from flux_dws.cli import main as cli_main
+from flux_dws.cli.sources import StackSource
 from flux_dws.testing.stack import Stack
 from tests.waiting import wait_for
 
@@ -66,6 +69,16 @@ def stack(_health_stack):
 
 def _ours(stack: Stack) -> dict[str, str]:
     return {h: r for h, r in stack.flux.drained().items() if r.startswith("dws: rabbit")}
+
+
+def _status(stack: Stack, jobid: int) -> str:
+    """What `flux dws status JOBID` prints."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(
+        ["status", str(jobid)], out=out, err=err, source_factory=lambda: StackSource(stack)
+    )
+    assert code == 0, err.getvalue()
+    return out.getvalue()
 
 
 def _system_status(stack: Stack) -> dict[str, str]:
@@ -153,6 +166,7 @@ def test_one_failed_mount_is_tolerated_and_its_node_drained(stack):
     assert set(drained) == {"compute-03"}
     computes = stack.api.store.list("computes", "default")[0]
     assert computes == []  # deleted with the workflow; nothing left behind
+    assert "TOLERANCE  1 node(s) allowed, 1 used; PreRun: compute-03" in _status(stack, jobid)
 
 
 def test_tolerance_zero_fails_the_job_naming_the_node(stack):
@@ -188,3 +202,5 @@ def test_failed_teardown_drains_the_jobs_nodes(stack):
     assert set(drained) == set(hosts)
     reason = drained[hosts[0]]
     assert reason.startswith(f"dws: job {jobid}: workflow fluxjob-health-{jobid} Teardown failed")
+    shown = _status(stack, jobid)
+    assert "TEARDOWN" in shown and f"drained {','.join(hosts)}" in shown
