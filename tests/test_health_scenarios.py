@@ -204,3 +204,26 @@ def test_failed_teardown_drains_the_jobs_nodes(stack):
     assert reason.startswith(f"dws: job {jobid}: workflow fluxjob-health-{jobid} Teardown failed")
     shown = _status(stack, jobid)
     assert "TEARDOWN" in shown and f"drained {','.join(hosts)}" in shown
+
+
+def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
+    if stack.backend != "fake":
+        pytest.skip("sched-fluxion is not loaded in the test instance: pools are not marked")
+    nodes = stack.service.health.nodes
+    nodes.fluxion = True  # as if Fluxion were loaded
+    stack.set_rabbit("rabbit-1", "Failed")
+    wait_for(lambda: nodes.rabbits.get("rabbit-1") is False, "rabbit-1's pool down", WAIT)
+    assert nodes.rabbits.get("rabbit-0") is True
+    stack.set_rabbit("rabbit-1", "Ready")
+    wait_for(lambda: nodes.rabbits.get("rabbit-1") is True, "rabbit-1's pool up", WAIT)
+    wait_for(_settled(stack, {}), "undrained", WAIT)
+    passes = stack.service.health.passes
+    wait_for(lambda: stack.service.health.passes > passes + 1, "a pass after settling", WAIT)
+    before = dict(stack.api.request_counts())
+    writes = {k: v for k, v in before.items() if k[0] in ("patch", "create", "update")}
+    assert ("patch", "systemstatuses") in writes  # SystemStatus was written as drains changed
+    later = stack.service.health.passes
+    wait_for(lambda: stack.service.health.passes >= later + 3, "three quiet passes", WAIT)
+    after = stack.api.request_counts()
+    assert {k: after.get(k) for k in writes} == writes  # no write when nothing changed
+    assert after[("list", "storages")] > before[("list", "storages")]
