@@ -157,10 +157,19 @@ class HealthMonitor:
         self._run(steps, [])
 
     def _mark(self, rabbit: str, up: bool, done: Callable[[str | None], None]) -> None:
+        """Tell Fluxion once per change; a refusal (e.g. no such vertex in its graph) is
+        logged once and not retried until the rabbit changes again."""
+
         def marked(error: str | None) -> None:
-            if error is None:
-                self._marked.add(rabbit)
-            done(error)
+            self._marked.add(rabbit)
+            if error is not None:
+                log.warning(
+                    "could not mark rabbit %s %s in Fluxion: %s",
+                    rabbit,
+                    "up" if up else "down",
+                    error,
+                )
+            done(None)
 
         self.nodes.mark_rabbit(rabbit, up, marked)
 

@@ -66,6 +66,7 @@ class Stack:
         self.identity = identity
         self.hosts = compute_names(hosts)
         self.per_rabbit = per_rabbit
+        self.rabbits: dict[str, list[str]] = {}  # rabbit -> computes, once seeded
         self.api_process = api_process
         self.service_process = service_process and backend == "fake"
         self._process: subprocess.Popen[str] | None = None

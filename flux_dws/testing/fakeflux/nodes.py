@@ -128,3 +128,63 @@ class FakeNodes:
             return
         self.rabbits[rabbit] = up
         on_done(None)
+
+
+# ---- the same over fakeflux's Unix socket (a service in a process of its own) ---------------
+
+
+def serve_resource(flux: Any, method: str, payload: Any) -> dict[str, Any]:
+    """Answer a ``resource.*`` request on fakeflux's loop (FakeFluxServer); DrainError if
+    refused.  ``resource.status`` answers in a plain form (hosts, drained, offline), not R."""
+    payload = payload if isinstance(payload, dict) else {}
+    if method == "resource.status":
+        status = flux.drains.status()
+        return {
+            "hosts": list(status.hosts),
+            "drained": dict(status.drained),
+            "offline": sorted(status.offline),
+        }
+    if method == "resource.drain":
+        flux.drains.drain(
+            str(payload.get("targets", "")), str(payload.get("reason", "")), payload.get("mode")
+        )
+        return {}
+    if method == "resource.undrain":
+        flux.undrain_on_loop(str(payload.get("targets", "")), payload.get("mode"))
+        return {}
+    raise DrainError(errno.ENOSYS, f"{method}: no such method")
+
+
+class TransportNodes:
+    """NodeControl over a transport that reaches serve_resource (fakeflux.remote)."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+
+    def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None:
+        def answered(response: Any, error: Any) -> None:
+            if error is not None:
+                on_done(None, str(error))
+                return
+            on_done(
+                NodeStatus(
+                    tuple(response.get("hosts") or ()),
+                    dict(response.get("drained") or {}),
+                    frozenset(response.get("offline") or ()),
+                ),
+                None,
+            )
+
+        self.transport.rpc("resource.status", {}, answered)
+
+    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
+        payload = {"targets": ",".join(hosts), "reason": reason}
+        payload["mode"] = "overwrite" if replace else "update"
+        self.transport.rpc("resource.drain", payload, lambda _r, e: on_done(e and str(e)))
+
+    def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
+        payload = {"targets": ",".join(hosts), "mode": "update"}
+        self.transport.rpc("resource.undrain", payload, lambda _r, e: on_done(e and str(e)))
+
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+        on_done(None)  # fakeflux has no Fluxion
