@@ -20,6 +20,7 @@ from flux_dws import lifecycle as lc
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.flux.transport import RpcError
 from flux_dws.health import Failures, mount_failures, setup_failures
+from flux_dws.jobspec import min_allocations
 from flux_dws.k8s import KubeError, WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import ProposalInfo
@@ -140,7 +141,7 @@ class ActionRunner:
         def patch() -> Any:
             if action.assign:  # one worker job: the state change follows without a loop trip
                 assert proposal is not None
-                self._assign_nodes(wf.name, proposal, action.assign)
+                self._assign_nodes(wf.name, proposal, action.assign, action.rabbits)
             if observed:
                 self.metrics.reactions.append((action.state, time.monotonic() - observed))
             return self.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
@@ -188,15 +189,26 @@ class ActionRunner:
         )
         done(None)
 
-    def _assign_nodes(self, name: str, proposal: ProposalInfo, hosts: Sequence[str]) -> None:
+    def _assign_nodes(
+        self,
+        name: str,
+        proposal: ProposalInfo,
+        hosts: Sequence[str],
+        allocated: Sequence[tuple[str, str]] = (),
+    ) -> None:
         """Computes and Servers for the job's nodes (on a worker: reads, then writes).
 
-        The storage plan comes first, so a job whose storage cannot be placed (StorageError)
-        has nothing written for it.
+        The rabbits are those Fluxion allocated, when the job's R names them; otherwise the
+        SystemConfiguration's.  The storage plan comes first, so a job whose storage cannot
+        be placed (StorageError) has nothing written for it.
         """
-        if self._rabbits is None or any(h not in self._rabbits for h in hosts):
-            self._rabbits = rabbit_map(self.kube.read_system_configuration())
-        plan = plan_servers(proposal.needs, hosts, self._rabbits)
+        rabbits: Mapping[str, str] = dict(allocated)
+        if not rabbits:
+            if self._rabbits is None or any(h not in self._rabbits for h in hosts):
+                self._rabbits = rabbit_map(self.kube.read_system_configuration())
+            rabbits = self._rabbits
+        least = min_allocations(self.policy.storage_limits)
+        plan = plan_servers(proposal.needs, hosts, rabbits, least)
         self.kube.patch_computes(name, list(hosts))
         for (namespace, server), sets in plan.items():
             self.kube.patch_servers(server, namespace, sets)

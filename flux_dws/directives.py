@@ -9,48 +9,58 @@ plus the job-wide checks nnf-sos makes in Proposal, so a job that passes here is
 back by DWS for its directive text (dws-api.md section 3).  Choices made where DWS is loose
 or silent:
 
-- Words.  DWS splits a directive on whitespace and reads ``key=value`` words, split at the
-  first ``=``; there is no quoting.  A word without ``=``, an empty key or value, or a key
-  given twice is an error.  ``Directive.text`` is "#DW" and the words joined by one space.
+- Words.  DWS splits a directive at white space as Go's strings.Fields does (not at the
+  ASCII separators \x1c-\x1f, which Python's str.split() also takes) and reads ``key=value``
+  words, split at the first ``=``; there is no quoting.  A word without ``=`` or with an empty
+  key, and a key given twice, are errors.  An empty value (``key=``) is accepted only where
+  DWS and nnf-sos accept it: the test driver's ``message=`` and ``severity=``.
+  ``Directive.text`` is "#DW" and the words joined by one space.
 - Names (``name=`` of jobdw, persistentdw, create_persistent, destroy_persistent, container;
   ``profile=``): ``^[a-z][a-z0-9-]+$``, the nnf-sos pattern.  nnf-sos publishes a job's
   storage as ``DW_JOB_<name>`` with ``-`` turned into ``_``, so every accepted name yields a
   valid environment variable name (lower-case letters, digits, ``_``) and two names cannot
   collide.  Names also become parts of Kubernetes object names, hence lower case only.
 - Capacity (``capacity=``): what DWS admits, a whole number with KB, MB, GB, TB, KiB, MiB,
-  GiB or TiB, and more than zero.  ``parse_size`` reads the wider syntax (decimals, B, PB,
-  K/M/G/T/P) for sizes that do not go into a directive.
-- Test directives (``#DW <State> action=wait`` or ``action=error [message=<word>]
-  [severity=Minor|Major|Fatal]``, understood by DWS's test driver): the message is one word,
-  as DWS cannot carry more; its test driver shows ``_`` as a space.  Severity defaults to
-  Minor upstream; this module records only what was written.
+  GiB or TiB; nnf-sos refuses zero in Proposal.  ``parse_size`` (flux_dws.sizes) reads the
+  wider syntax (decimals, B, PB, K/M/G/T/P) for sizes that do not go into a directive.
+- Test directives (``#DW <State> action=wait|complete|error [message=<word>]
+  [severity=<s>]``, read by DWS's test driver): the message is one word, as DWS cannot carry
+  more (the driver shows ``_`` as a space) and may be empty; the driver lower-cases the
+  severity, so Minor, Major and Fatal are taken in any letter case (empty means Minor).  The
+  driver ignores both unless the action is ``error``, and DWS admits them with any action.
 - Data movement paths are absolute paths or ``$DW_JOB_<name>[/path]`` /
   ``$DW_PERSISTENT_<name>[/path]``, naming a jobdw (not raw) / persistentdw of the same job.
+  As in nnf-sos, ``_`` in a reference stands for ``-`` (``$DW_JOB_fast_store`` names
+  ``name=fast-store``, the form of its environment variable); errors show the reference as
+  written.  A container's ``DW_JOB_<x>=<name>`` / ``DW_PERSISTENT_<x>=<name>`` value is the
+  storage name itself: nnf-sos compares it as written.
 - ``combined_mgtmdt``, ``external_mgs``, ``capacity_mdt``, ``capacity_mgt``: nnf-sos removed
   them from the directive in 2022 (they live in the NnfStorageProfile); rejected with that hint.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Callable, Optional
 
 from flux_dws.errors import DirectiveError
+from flux_dws.errors import quote as _show
 from flux_dws.frozen import FrozenMap
+from flux_dws.sizes import SIZE_EXAMPLES, parse_size, size_bytes
 from flux_dws.states import State
+
+__all__ = ["Directive", "parse_directives", "parse_size", "split_directives"]
 
 PREFIX = "#DW"
 
 STORAGE_TYPES = ("xfs", "gfs2", "lustre", "raw")
 CONTAINER_STORAGE_TYPES = ("lustre", "gfs2", "raw")
 REQUIRES_VALUES = ("copy-offload", "user-container-auth")
-TEST_ACTIONS = ("wait", "error")
-TEST_SEVERITIES = ("Minor", "Major", "Fatal")
+TEST_ACTIONS = ("wait", "complete", "error")  # compared as written by the test driver
+TEST_SEVERITIES = ("Minor", "Major", "Fatal")  # lower-cased by the test driver; "" is Minor
 
 #: the commands of the nnf ruleset, in the order users usually write them.
 COMMANDS = (
@@ -71,7 +81,8 @@ NAME_RE = re.compile(r"[a-z][a-z0-9-]+")
 NAME_HELP = "a lower-case letter, then lower-case letters, digits or '-' (2 or more in all)"
 CONTAINER_KEY_RE = re.compile(r"(DW_JOB_|DW_PERSISTENT_|DW_GLOBAL_)[a-z][a-z0-9_]+")
 DWS_CAPACITY_RE = re.compile(r"[0-9]+(KiB|KB|MiB|MB|GiB|GB|TiB|TB)")
-SIZE_EXAMPLES = "e.g. 10GiB, 100GB"
+#: A word of a directive: DWS splits with Go's strings.Fields (unicode.IsSpace).
+_WORD_RE = re.compile("[^\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 
 JOB_REF = "$DW_JOB_"
 PERSISTENT_REF = "$DW_PERSISTENT_"
@@ -111,6 +122,11 @@ class Directive:
 # ---------------------------------------------------------------------------- splitting
 
 
+def words(text: str) -> list[str]:
+    """The words of ``text`` as DWS reads them (split at white space, as Go's strings.Fields)."""
+    return _WORD_RE.findall(text)
+
+
 def split_directives(value: str | Sequence[str]) -> tuple[str, ...]:
     """The individual "#DW ..." strings in ``value``, whitespace normalised.
 
@@ -133,7 +149,7 @@ def split_directives(value: str | Sequence[str]) -> tuple[str, ...]:
                 f"#DW directive {len(found)}: expected a string, not {type(chunk).__name__}"
             )
         current: list[str] | None = None
-        for word in chunk.split():
+        for word in words(chunk):
             if word == PREFIX:
                 if current is not None:
                     found.append(" ".join(current))
@@ -160,50 +176,6 @@ def _prefix_hint(word: str) -> str:
     return ""
 
 
-# ---------------------------------------------------------------------------- sizes
-
-_SIZE_RE = re.compile(r"(-?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([A-Za-z]*)")
-_UNITS: dict[str, int] = {"": 1, "B": 1}
-for _i, _p in enumerate("KMGTP", start=1):
-    _UNITS[_p] = _UNITS[_p + "B"] = 1000**_i
-    _UNITS[_p + "iB"] = 1024**_i
-_MAX_BYTES = 2**63 - 1  # what a Kubernetes quantity holds
-_MAX_SIZE_TEXT = 64
-
-
-def _size_bytes(text: str) -> int:
-    """Bytes in ``text``, or ValueError whose message completes "'<text>' ...".
-
-    A decimal that is not a whole number of bytes rounds up: a capacity is a minimum.
-    """
-    match = _SIZE_RE.fullmatch(text) if len(text) <= _MAX_SIZE_TEXT else None
-    if match is None or match.group(3) not in _UNITS:
-        raise ValueError(f"is not a size ({SIZE_EXAMPLES})")
-    sign, number, unit = match.groups()
-    amount = Fraction(number) * _UNITS[unit]
-    if sign or amount == 0:
-        raise ValueError("must be more than zero")
-    size = math.ceil(amount)
-    if size > _MAX_BYTES:
-        raise ValueError("is too large")
-    return size
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a size such as "10GiB", "100GB", "1.5TiB", "512MiB", "10G" or "4096".
-
-    Units: B; KB, MB, GB, TB, PB (powers of 1000, also written K, M, G, T, P); KiB, MiB, GiB,
-    TiB, PiB (powers of 1024).  No unit means bytes.  Zero, negative and malformed sizes
-    raise DirectiveError naming the text.
-    """
-    if not isinstance(text, str):
-        raise DirectiveError(f"size {text!r} is not a string ({SIZE_EXAMPLES})")
-    try:
-        return _size_bytes(text.strip())
-    except ValueError as exc:
-        raise DirectiveError(f"size {_show(text)} {exc}") from None
-
-
 # ---------------------------------------------------------------------------- one directive
 
 # A value check returns what is wrong with the value (completing "key='value' ..."), or None.
@@ -223,7 +195,7 @@ def _check_one_of(choices: Sequence[str]) -> ValueCheck:
 
 def _check_capacity(value: str) -> str | None:
     try:
-        _size_bytes(value)
+        size_bytes(value)
     except ValueError as exc:
         return str(exc)
     if not DWS_CAPACITY_RE.fullmatch(value):
@@ -244,12 +216,21 @@ def _check_requires(value: str) -> str | None:
     return None
 
 
+def _check_severity(value: str) -> str | None:
+    if value.lower() in ("", *(s.lower() for s in TEST_SEVERITIES)):
+        return None
+    return f"is not one of {', '.join(TEST_SEVERITIES)} (in any letter case)"
+
+
 def _check_path(value: str) -> str | None:
     for ref in (JOB_REF, PERSISTENT_REF):
         if value.startswith(ref):
-            name = _ref_name(value, ref)
-            if not NAME_RE.fullmatch(name):
-                return f"refers to {ref}{name}, which is not a valid name: use {NAME_HELP}"
+            written = _ref_name(value, ref)
+            if not NAME_RE.fullmatch(_storage_name(written)):
+                return (
+                    f"refers to {ref}{written}, which is not a valid name: use {NAME_HELP} "
+                    "('_' may stand for '-')"
+                )
             return None
     if not value.startswith("/"):
         return f"must be an absolute path or start with {JOB_REF}<name> or {PERSISTENT_REF}<name>"
@@ -266,13 +247,18 @@ def _any(value: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Rule:
-    """The keys one command takes: required (in the order reported) and optional."""
+    """The keys one command takes: required (in the order reported) and optional.
+
+    ``more`` gives the check for a key the two do not name (a DWS rule key that is a
+    regular expression), or None when the command does not take that key.
+    """
 
     required: Mapping[str, ValueCheck]
     optional: Mapping[str, ValueCheck]
+    more: Callable[[str], ValueCheck | None] = lambda key: None
 
     def check_for(self, key: str) -> ValueCheck | None:
-        return self.required.get(key) or self.optional.get(key)
+        return self.required.get(key) or self.optional.get(key) or self.more(key)
 
     def key_list(self) -> str:
         return ", ".join([*self.required, *self.optional])
@@ -283,9 +269,25 @@ _STORAGE = {
     "capacity": _check_capacity,
     "name": _check_name,
 }
+
+
+def _container_check(key: str) -> ValueCheck | None:
+    """Checks for a container's storage keys; their names are checked job-wide."""
+    if not CONTAINER_KEY_RE.fullmatch(key):
+        return None
+    return _check_absolute if key.startswith("DW_GLOBAL_") else _check_name
+
+
+def _test_driver_check(key: str) -> ValueCheck | None:
+    """The test driver's rule keys are unanchored patterns: DWS admits any key that contains
+    "action", "message" or "severity" (the driver reads only the keys so named)."""
+    return _any if any(word in key for word in ("action", "message", "severity")) else None
+
+
 _TEST_RULE = _Rule(
     {"action": _check_one_of(TEST_ACTIONS)},
-    {"message": _any, "severity": _check_one_of(TEST_SEVERITIES)},
+    {"message": _any, "severity": _check_severity},
+    _test_driver_check,
 )
 RULES: Mapping[str, _Rule] = MappingProxyType(
     {
@@ -302,7 +304,7 @@ RULES: Mapping[str, _Rule] = MappingProxyType(
         "copy_out": _Rule(
             {"source": _check_path, "destination": _check_path}, {"profile": _check_name}
         ),
-        "container": _Rule({"name": _check_name, "profile": _check_name}, {}),
+        "container": _Rule({"name": _check_name, "profile": _check_name}, {}, _container_check),
         **{command: _TEST_RULE for command in TEST_COMMANDS},
     }
 )
@@ -317,19 +319,12 @@ _KEY_EXAMPLES = {
 }
 
 
-def _container_check(key: str) -> ValueCheck | None:
-    """Checks for a container's storage keys; their names are checked job-wide."""
-    if not CONTAINER_KEY_RE.fullmatch(key):
-        return None
-    return _check_absolute if key.startswith("DW_GLOBAL_") else _check_name
-
-
 def _parse_one(index: int, text: str) -> Directive:
     """One "#DW ..." string (whitespace normalised) -> Directive, checked on its own."""
-    words = text.split()
-    if len(words) < 2:
+    words_ = words(text)
+    if len(words_) < 2:
         raise DirectiveError(f"#DW directive {index}: missing command after {PREFIX}")
-    command = words[1]
+    command = words_[1]
     rule = RULES.get(command)
     if rule is None:
         raise DirectiveError(f"#DW directive {index}: {_unknown_command(command)}")
@@ -339,33 +334,31 @@ def _parse_one(index: int, text: str) -> Directive:
 
     pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for word in words[2:]:
+    for word in words_[2:]:
         key, sep, value = word.partition("=")
-        if not sep:
-            raise fail(f"word {_show(word)} is not key=value")
         if not key:
             raise fail(f"word {_show(word)} has an empty key")
-        if not value:
-            raise fail(f"key {_show(key)} has an empty value")
         if key in seen:
             raise fail(f"key {_show(key)} is given twice")
-        check = rule.check_for(key) or (_container_check(key) if command == "container" else None)
+        check = rule.check_for(key)
+        if not sep and (check is not None or key not in _PROFILE_KEYS):
+            raise fail(f"word {_show(word)} is not key=value")
         if check is None:
             raise fail(_unknown_key(command, key, rule))
         problem = check(value)
         if problem:
-            raise fail(f"{key}={_show(value)} {problem}")
+            raise fail(
+                f"{key}={_show(value)} {problem}"
+                if value
+                else f"key {_show(key)} has an empty value"
+            )
         seen.add(key)
         pairs.append((key, value))
     for key in rule.required:
         if key not in seen:
             example = _KEY_EXAMPLES.get(key, f"{key}=...")
             raise fail(f"missing required key {key!r} (e.g. {example})")
-    if rule is _TEST_RULE and dict(pairs)["action"] != "error":
-        for key in ("message", "severity"):
-            if key in seen:
-                raise fail(f"{key}= is only allowed with action=error")
-    return Directive(index=index, command=command, args=Args(pairs), text=" ".join(words))
+    return Directive(index=index, command=command, args=Args(pairs), text=" ".join(words_))
 
 
 def _unknown_command(command: str) -> str:
@@ -432,34 +425,43 @@ def _check_job(directives: tuple[Directive, ...]) -> None:
     for d in directives:
         if d.command in ("copy_in", "copy_out"):
             for key in ("source", "destination"):
-                _check_reference(d, key, d.args[key], jobdw, persistent)
+                value = d.args[key]
+                for ref in (JOB_REF, PERSISTENT_REF):
+                    if value.startswith(ref):
+                        written = _ref_name(value, ref)
+                        _check_storage(
+                            d, key, ref, written, _storage_name(written), jobdw, persistent
+                        )
         elif d.command == "container":
             for key, value in d.args.items():
                 if key.startswith(("DW_JOB_", "DW_PERSISTENT_")):
-                    # DW_JOB_x=<name> means the storage a copy path writes as $DW_JOB_<name>.
                     ref = JOB_REF if key.startswith("DW_JOB_") else PERSISTENT_REF
-                    _check_reference(d, key, ref + value, jobdw, persistent)
+                    _check_storage(d, key, ref, value, value, jobdw, persistent)
 
 
-def _check_reference(
+def _check_storage(
     d: Directive,
     key: str,
-    value: str,
+    ref: str,
+    written: str,
+    name: str,
     jobdw: Mapping[str, Directive],
     persistent: set[str],
 ) -> None:
-    """A $DW_JOB_<name> / $DW_PERSISTENT_<name> reference must name storage of this job.
+    """The storage that ``d``'s ``key`` names must be a jobdw / persistentdw of this job.
 
-    ``value`` is the reference as a copy path writes it; a container's storage key is
-    passed in that form too.  Absolute paths (global Lustre) are not checked here.
+    ``ref`` says which (JOB_REF or PERSISTENT_REF); ``written`` is the name as the user wrote
+    it, ``name`` the one looked up (a copy path's with '_' read as '-', as nnf-sos does).
+    Absolute paths (global Lustre) are not checked here.
     """
     for_container = d.command == "container"
     shown = f"{key}={_show(d.args[key])}"
-    if value.startswith(JOB_REF):
-        name = _ref_name(value, JOB_REF)
+    # The storage is named as the user wrote it; '_' may stand for '-' only in copy paths.
+    hint = "; '_' in a reference stands for '-'" if written != name else ""
+    if ref == JOB_REF:
         target = jobdw.get(name)
         if target is None:
-            raise _fail(d, f"{shown} names no jobdw directive of this job (name={name})")
+            raise _fail(d, f"{shown} names no jobdw directive of this job (name={written}){hint}")
         kind = target.args["type"]
         if for_container and kind not in CONTAINER_STORAGE_TYPES:
             raise _fail(
@@ -473,15 +475,23 @@ def _check_reference(
                 f"{shown} is raw storage (directive {target.index}); "
                 "data movement cannot use raw storage",
             )
-    elif value.startswith(PERSISTENT_REF):
-        name = _ref_name(value, PERSISTENT_REF)
-        if name not in persistent:
-            raise _fail(d, f"{shown} needs a '#DW persistentdw name={name}' directive in this job")
+    elif name not in persistent:
+        wanted = (
+            f"a persistentdw directive for {ref}{written}"
+            if hint
+            else f"a '#DW persistentdw name={name}' directive"
+        )
+        raise _fail(d, f"{shown} needs {wanted} in this job{hint}")
 
 
 def _ref_name(value: str, ref: str) -> str:
-    """The storage name in "$DW_JOB_<name>/rest" (nnf-sos reads up to the first '/')."""
+    """The storage name as written in "$DW_JOB_<name>/rest" (nnf-sos reads up to the first '/')."""
     return value[len(ref) :].split("/", 1)[0]
+
+
+def _storage_name(written: str) -> str:
+    """The jobdw / persistentdw name a copy path's reference means: nnf-sos reads '_' as '-'."""
+    return written.replace("_", "-")
 
 
 def _or_list(words: Sequence[str]) -> str:
@@ -490,8 +500,3 @@ def _or_list(words: Sequence[str]) -> str:
 
 def _fail(d: Directive, problem: str) -> DirectiveError:
     return DirectiveError(f"#DW directive {d.index} ({d.command}): {problem}")
-
-
-def _show(text: str, limit: int = 60) -> str:
-    """Quote user text for a one-line message, cut short if it is long."""
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")

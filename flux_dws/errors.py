@@ -20,3 +20,8 @@ class PolicyError(DwsError):
 
 class RequestError(DwsError):
     """A job's DWS attributes (system.dw, system.dw_timeout, ...) are invalid."""
+
+
+def quote(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a one-line message (repr escapes control characters), cut short."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")

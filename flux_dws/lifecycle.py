@@ -9,7 +9,8 @@ action is idempotent, so restart safety comes from the design rather than specia
 
 What flux-dws must remember across restarts it writes on the job as events (``dws-workflow``,
 ``dws-state`` with the absolute deadline, ``dws-transient``, ``dws-container``,
-``dws-proposal``) and reads back into the JobView; the workflow itself lives in Kubernetes.
+``dws-proposal``, ``dws-datamovement``) and reads back into the JobView; the workflow itself
+lives in Kubernetes.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Union
 
+from flux_dws.copies import pending_copies
 from flux_dws.fsd import format_fsd
 from flux_dws.health import Failures, job_reason, tolerate
 from flux_dws.identity import FINALIZER
+from flux_dws.jobspec import release_update
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest
 from flux_dws.states import State
-from flux_dws.storage import JOBSPEC_STORAGE_KEY, AllocationNeed, jobspec_storage
+from flux_dws.storage import AllocationNeed, StorageError, jobspec_storage
 from flux_dws.workflow import ContainerState, WorkflowView
 
 #: Exception type flux-dws raises on jobs.
@@ -87,6 +90,8 @@ class JobView:
     request: DwRequest | None = None
     request_error: str = ""  # why system.dw / dw_timeout were refused, when they were
     hosts: tuple[str, ...] = ()  # compute nodes, once allocated
+    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) Fluxion allocated, if it did
+    resources: Any = None  # the jobspec's resources (updates included)
     started: bool = False  # the job's tasks were started
     exception: JobException | None = None  # first fatal exception, from anyone
     # recorded by flux-dws as job events (so they survive a restart of the service):
@@ -98,6 +103,7 @@ class JobView:
     container_recorded: ContainerState | None = None  # dws-container
     tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
     teardown_failed: bool = False  # dws-teardown-failed
+    copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
     proposal: ProposalInfo | None = None
     # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
@@ -125,14 +131,16 @@ class SetDesiredState:
     """Ask DWS for ``state``; for Setup, first tell DWS where the job runs (``assign``).
 
     ``assign`` holds the job's compute nodes: they go into the workflow's Computes and each
-    rabbit's share of the storage into the Servers resources, then the state is asked for,
-    in one go.  Computes is only read from DataIn on; writing it with the Servers (as
-    flux-coral2 does) makes Setup -> DataIn a single patch.
+    rabbit's share of the storage into the Servers resources (on the rabbits Fluxion
+    allocated, when ``rabbits`` says; else as the SystemConfiguration maps the nodes), then
+    the state is asked for, in one go.  Computes is only read from DataIn on; writing it
+    with the Servers (as flux-coral2 does) makes Setup -> DataIn a single patch.
     """
 
     state: State
     hurry: bool = False
     assign: tuple[str, ...] = ()
+    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) from the job's R, if Fluxion
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,26 @@ class PostEvent:
 
     name: str
     context: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordCopies:
+    """Read the workflow's NnfDataMovements and post one ``dws-datamovement`` per copy
+    directive of ``state`` in ``indices`` (in order); a failed copy fails the job with a note
+    naming the directive and its first error (the next decision sees that exception)."""
+
+    state: State
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SaveOutput:
+    """Save the containers' exit codes and log tails in the job's KVS, then post
+    ``dws-container`` (``event`` plus each container's exit code and reason).  Decided before
+    anything that could remove the pods (Teardown), and only while dws-container is not on the
+    job, so a restart in between saves the same output again, never twice over."""
+
+    event: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -220,6 +248,8 @@ Action = Union[
     FinishEpilog,
     RaiseException,
     PostEvent,
+    RecordCopies,
+    SaveOutput,
     DeleteWorkflow,
     ReadFailures,
     DrainNodes,
@@ -248,6 +278,9 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
         return _without_workflow(job, workflow)
     actions: list[Action] = []
     actions += _record(job, workflow, policy, now)
+    copies = _unrecorded_copies(job, workflow)
+    if copies is not None:  # before anything moves on (or tears down) past the copies
+        return [*actions, copies]
     if workflow.desired_state is State.TEARDOWN:
         ending = _teardown(job, workflow, policy, now)
         if any(isinstance(a, DeleteWorkflow) for a in ending):
@@ -267,6 +300,16 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     if wake is not None:
         actions.append(WakeAt(wake))
     return actions
+
+
+def _unrecorded_copies(job: JobView, wf: WorkflowView) -> RecordCopies | None:
+    """DataIn or DataOut is over (complete or failed) and some of its copies are not on the
+    job yet.  A user's cancel while data still moves records nothing: it did not end."""
+    state = wf.desired_state
+    if not (wf.complete or wf.failed) or state not in (State.DATAIN, State.DATAOUT):
+        return None
+    pending = pending_copies(wf.directives, state, job.copies_recorded)
+    return RecordCopies(state, pending) if pending else None
 
 
 def _released(wf: WorkflowView) -> bool:
@@ -337,6 +380,7 @@ def _enter(
     now: float,
     hurry: bool = False,
     assign: tuple[str, ...] = (),
+    rabbits: tuple[tuple[str, str], ...] = (),
 ) -> list[Action]:
     """Ask for ``state``, then record on the job that we did (with its deadline).
 
@@ -347,7 +391,7 @@ def _enter(
     Asking again while an earlier request is still on its way is harmless (DWS admits staying
     in a state); recording it again would not be, so a state already recorded is not.
     """
-    ask = SetDesiredState(state, hurry=hurry, assign=assign)
+    ask = SetDesiredState(state, hurry=hurry, assign=assign, rabbits=rabbits)
     return [ask] if job.posted_state is state else [ask, _state_event(job, state, policy, now)]
 
 
@@ -378,9 +422,9 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
         if job.proposal is None:
             return [ReadProposal()]
         if phase is JobPhase.DEPEND:
-            return [ReleaseDependency({JOBSPEC_STORAGE_KEY: _storage(job)})]
+            return _release_dependency(job, policy)
         if phase is JobPhase.PROLOG:
-            return _enter(job, State.SETUP, policy, now, assign=job.hosts)
+            return _enter(job, State.SETUP, policy, now, assign=job.hosts, rabbits=job.rabbits)
         return []
     if phase is JobPhase.PROLOG:
         if state is State.SETUP:
@@ -395,9 +439,17 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
     return []
 
 
-def _storage(job: JobView) -> dict[str, Any]:
+def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
+    """Release the dependency with the storage needs (and, with rabbits in Fluxion's graph,
+    the rewritten resources) in the jobspec; a need over a site limit fails the job."""
     assert job.proposal is not None
-    return jobspec_storage(job.proposal.needs)
+    try:
+        update = release_update(
+            job.resources, job.proposal.needs, policy.storage_limits, policy.rabbit_scheduling
+        )
+    except StorageError as exc:
+        return _fail(job, f"cannot schedule the job's storage: {exc}")
+    return [ReleaseDependency(update)]
 
 
 def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
@@ -547,14 +599,13 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     outcome = wf.container
     if outcome.state in _TERMINAL_CONTAINER and job.container_recorded is not outcome.state:
         events.append(
-            PostEvent(
-                "dws-container",
+            SaveOutput(
                 {
                     "state": outcome.state.value,
                     "phase": outcome.phase.value if outcome.phase else None,
                     "reason": outcome.reason,
                     "detail": outcome.detail,
-                },
+                }
             )
         )
     return events

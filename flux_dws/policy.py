@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from flux_dws.directives import parse_directives
+from flux_dws.directives import parse_directives, parse_size
 from flux_dws.errors import DirectiveError, PolicyError
 from flux_dws.frozen import FrozenMap
 from flux_dws.fsd import format_fsd, parse_fsd
 from flux_dws.identity import check_identity
+from flux_dws.jobspec import FS_TYPES, StorageLimit
 from flux_dws.states import STATE_KEYS
 
 if sys.version_info >= (3, 11):
@@ -101,6 +102,9 @@ class Policy:
     drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
     health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
     failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
+    rabbit_scheduling: bool = False  # Fluxion's graph holds rabbits: rewrite #DW jobspecs
+    storage_limits: Mapping[str, StorageLimit] = field(default_factory=FrozenMap)
+    container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -111,6 +115,7 @@ class Policy:
         presets = {name: tuple(lines) for name, lines in self.presets.items()}
         object.__setattr__(self, "timeouts", FrozenMap(timeouts))
         object.__setattr__(self, "presets", FrozenMap(presets))
+        object.__setattr__(self, "storage_limits", FrozenMap(dict(self.storage_limits)))
 
     def timeout(self, key: str) -> TimeoutBound:
         """The bound for one of TIMEOUT_KEYS; KeyError naming the key otherwise."""
@@ -197,6 +202,24 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     return value
 
 
+#: The most of one container's log a site may keep: the job's KVS is not a log store.
+MAX_LOG_SIZE = 16 * 1024 * 1024
+
+
+def _log_size(value: object, key: str) -> int:
+    """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
+    if isinstance(value, str):
+        try:
+            size = 0 if value.strip() in ("0", "0B") else parse_size(value)
+        except DirectiveError as exc:
+            raise _fail(key, str(exc)) from None
+    else:
+        size = _count(value, key, zero=" (no logs)")
+    if size > MAX_LOG_SIZE:
+        raise _fail(key, f"must be at most 16MiB, not {size} bytes")
+    return size
+
+
 def _instance(value: object, key: str) -> str:
     text = _string(value, key)
     try:
@@ -250,6 +273,43 @@ def _timeouts(value: object, key: str) -> dict[str, TimeoutBound]:
     return bounds
 
 
+def _size(value: object, key: str) -> int:
+    """A size in bytes, written as #DW capacities are ("1TiB", "500GB")."""
+    from flux_dws.directives import parse_size  # the one size grammar
+
+    if not isinstance(value, str):
+        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {value!r}')
+    try:
+        return parse_size(value)
+    except DirectiveError as exc:
+        raise _fail(key, str(exc)) from None
+
+
+def _storage_limits(value: object, key: str) -> dict[str, StorageLimit]:
+    """Per file-system type: ``max-per-node`` and ``min-allocation`` sizes."""
+    table = _table(value, key)
+    _check_keys(table, FS_TYPES, f"{key}.")
+    limits: dict[str, StorageLimit] = {}
+    for fs in FS_TYPES:
+        if fs not in table:
+            continue
+        where = f"{key}.{fs}"
+        sub = _table(table[fs], where)
+        _check_keys(sub, ("max-per-node", "min-allocation"), f"{where}.")
+        most = (
+            _size(sub["max-per-node"], f"{where}.max-per-node") if "max-per-node" in sub else None
+        )
+        least = (
+            _size(sub["min-allocation"], f"{where}.min-allocation")
+            if "min-allocation" in sub
+            else 0
+        )
+        if most is not None and least > most:
+            raise _fail(where, "min-allocation is more than max-per-node")
+        limits[fs] = StorageLimit(most, least)
+    return limits
+
+
 #: config key -> (Policy field, reader(value, key)).  The one list of what [dws] may hold.
 _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "namespace": ("namespace", partial(_string, pattern=_NAMESPACE_RE, rule=_NAMESPACE_HELP)),
@@ -276,6 +336,9 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
     "health-interval": ("health_interval", _interval),
     "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
+    "rabbit-scheduling": ("rabbit_scheduling", _boolean),
+    "storage": ("storage_limits", _storage_limits),
+    "container-log-size": ("container_log_size", _log_size),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

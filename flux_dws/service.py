@@ -35,6 +35,7 @@ from flux_dws.lifecycle import JobPhase
 from flux_dws.loop import Loop, Timer
 from flux_dws.policy import Policy
 from flux_dws.reconcile import startup_order
+from flux_dws.record_actions import RecordRunner
 from flux_dws.states import State
 from flux_dws.workflow import view_workflow
 
@@ -66,7 +67,7 @@ class Metrics:
     failures: Counter[str] = field(default_factory=Counter)
 
 
-class Service(ActionRunner):
+class Service(RecordRunner, ActionRunner):
     """Drive every #DW job's workflow; see the module docstring."""
 
     def __init__(

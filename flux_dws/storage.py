@@ -126,12 +126,23 @@ def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]
 
 
 def plan_servers(
-    needs: Sequence[AllocationNeed], hosts: Sequence[str], rabbits: Mapping[str, str]
+    needs: Sequence[AllocationNeed],
+    hosts: Sequence[str],
+    rabbits: Mapping[str, str],
+    min_allocation: Mapping[str, int] | None = None,
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Servers (namespace, name) -> spec.allocationSets, for a job on ``hosts``.
 
-    Per-compute sets go to each compute node's own rabbit; shared sets are spread over the
-    rabbits that serve the job's nodes (one server for AllocateSingleServer).
+    ``rabbits`` maps each host to its rabbit: the rabbits Fluxion allocated when the job's R
+    says (flux_dws.rabbits.allocated_rabbits), else the SystemConfiguration.  As DWS expects:
+    - AllocatePerCompute: one allocation per node, on that node's rabbit;
+    - AllocateAcrossServers: over the job's rabbits, weighted by the job's nodes on each (the
+      greatest common divisor of those counts makes the allocations as large as possible);
+      with a ``count`` constraint, that many allocations on the rabbits with the most of the
+      job's nodes, wrapping round when there are fewer rabbits than allocations;
+    - AllocateSingleServer: exactly one, on the rabbit with the most of the job's nodes;
+    - AllocatePerServer: one on each of the job's rabbits.
+    ``min_allocation`` (label -> bytes) raises every allocation to the site's minimum.
     """
     if not hosts:
         raise StorageError("the job has no compute nodes to place storage near")
@@ -143,23 +154,36 @@ def plan_servers(
     per_rabbit: dict[str, int] = {}
     for host in hosts:
         per_rabbit[rabbits[host]] = per_rabbit.get(rabbits[host], 0) + 1
-    servers = sorted(per_rabbit)
+    # Most of the job's nodes first; the name breaks ties, so a plan never depends on order.
+    ranked = sorted(per_rabbit, key=lambda r: (-per_rabbit[r], r))
     plan: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for need in needs:
-        if need.strategy == PER_COMPUTE:
-            storage = [{"name": r, "allocationCount": per_rabbit[r]} for r in servers]
-            size = need.capacity
-        elif need.strategy == SINGLE_SERVER:
-            storage = [{"name": servers[0], "allocationCount": 1}]
-            size = need.capacity
-        else:
-            chosen = servers[: need.count] if need.count else servers
-            storage = [{"name": r, "allocationCount": 1} for r in chosen]
-            if need.strategy == ACROSS_SERVERS:
-                size = math.ceil(need.capacity / len(chosen))
-            else:
-                size = need.capacity
+        storage, size = _placement(need, per_rabbit, ranked, len(hosts))
+        floor = (min_allocation or {}).get(need.label, 0)
         plan.setdefault(need.servers, []).append(
-            {"label": need.label, "allocationSize": size, "storage": storage}
+            {"label": need.label, "allocationSize": max(size, floor), "storage": storage}
         )
     return plan
+
+
+def _placement(
+    need: AllocationNeed, per_rabbit: Mapping[str, int], ranked: Sequence[str], nnodes: int
+) -> tuple[list[dict[str, Any]], int]:
+    """(Servers storage entries, allocation size) for one allocation set."""
+    if need.strategy == PER_COMPUTE:
+        return [{"name": r, "allocationCount": per_rabbit[r]} for r in sorted(per_rabbit)], (
+            need.capacity
+        )
+    if need.strategy == PER_SERVER:
+        return [{"name": r, "allocationCount": 1} for r in sorted(per_rabbit)], need.capacity
+    if need.strategy == SINGLE_SERVER or need.count:
+        count = 1 if need.strategy == SINGLE_SERVER else int(need.count or 1)
+        counts: dict[str, int] = {}
+        for i in range(count):  # wraps onto the rabbits with the most nodes
+            rabbit = ranked[i % len(ranked)]
+            counts[rabbit] = counts.get(rabbit, 0) + 1
+        storage = [{"name": r, "allocationCount": counts[r]} for r in ranked if r in counts]
+        return storage, math.ceil(need.capacity / count)
+    unit = math.gcd(*per_rabbit.values())
+    storage = [{"name": r, "allocationCount": per_rabbit[r] // unit} for r in sorted(per_rabbit)]
+    return storage, math.ceil(need.capacity * unit / nnodes)

@@ -27,8 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from flux_dws.errors import PolicyError, RequestError
+from flux_dws.jobspec import check_per_node, directive_bytes_per_node, node_count
 from flux_dws.policy import TABLE, Policy, policy_from_table
 from flux_dws.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes
+from flux_dws.storage import StorageError
 
 LOG = logging.getLogger("flux-dws.validator")
 #: Seconds to wait for the broker's answer to config.get.
@@ -36,12 +38,21 @@ CONFIG_TIMEOUT = 30.0
 
 
 def validate_attributes(
-    system: Mapping[str, Any] | None, policy: Policy, userid: int, owner_uid: int
+    system: Mapping[str, Any] | None,
+    policy: Policy,
+    userid: int,
+    owner_uid: int,
+    resources: Any = None,
 ) -> str | None:
-    """The one-line reason to reject a job with these attributes.system, or None to accept."""
+    """The one-line reason to reject a job with these attributes.system (and jobspec
+    ``resources``, for the site's storage limits), or None to accept."""
     try:
-        request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
-    except RequestError as exc:
+        request = request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
+        if request is not None and policy.storage_limits:
+            nnodes = node_count(resources)
+            per_node = directive_bytes_per_node(request.directives, nnodes, policy.storage_limits)
+            check_per_node(per_node, policy.storage_limits)
+    except (RequestError, StorageError) as exc:
         return str(exc)
     return None
 
@@ -99,7 +110,8 @@ class DwsValidator:
                 f"#DW jobs are not accepted: this instance's DWS configuration is invalid "
                 f"({self.policy}); contact the administrator",
             )
-        reason = validate_attributes(system, self.policy, job.userid, self.owner_uid)
+        resources = job.jobspec.get("resources")
+        reason = validate_attributes(system, self.policy, job.userid, self.owner_uid, resources)
         return None if reason is None else (errno.EINVAL, reason)
 
 

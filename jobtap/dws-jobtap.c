@@ -51,6 +51,8 @@
 #define WAITING_REASON "flux-dws service is not running"
 #define DEFAULT_HEARTBEAT 10.    // [dws] heartbeat when unset, seconds
 #define MISSED_HEARTBEATS 3       // silent this many heartbeats: the service is gone
+#define SAVE_KEY_MAX 128          // longest key "save" writes under a job's directory
+#define SAVE_VALUE_MAX (64 * 1024 * 1024) // largest value "save" writes, bytes of JSON
 
 struct plugin_ctx;
 
@@ -80,6 +82,8 @@ struct dwsjob {
     flux_job_state_t state;
     json_t *attributes;   // {dw, dw_timeout, dw_failure_tolerance} as submitted
     json_t *hosts;        // expanded R execution.nodelist, [] until allocated
+    json_t *rabbits;      // rabbit -> [hosts] from R's scheduling JGF, {} if none
+    json_t *resources;    // jobspec resources, jobspec updates included
     json_t *dws;          // latest context of each dws-* event
     json_t *exception;    // first fatal exception {type, severity, note}, or NULL
 
@@ -109,6 +113,15 @@ struct dwsjob {
     struct dwsjob *next;
 };
 
+/* A save request whose KVS commit has not been answered yet.
+ */
+struct pending_save {
+    struct plugin_ctx *ctx;
+    const flux_msg_t *msg;
+    flux_future_t *f;
+    struct pending_save *next;
+};
+
 struct plugin_ctx {
     flux_plugin_t *p;
     flux_t *h;
@@ -123,6 +136,7 @@ struct plugin_ctx {
     int rebuilding;             // jobs whose eventlog is still being read
     struct queued_msg *queued;
     struct queued_msg **queued_tail;
+    struct pending_save *saves; // save requests waiting for their commit
     bool destroying;
 };
 
@@ -433,13 +447,15 @@ static const char *job_phase (struct dwsjob *st)
  */
 static json_t *job_record (struct dwsjob *st)
 {
-    return json_pack ("{s:I s:I s:f s:s s:o s:o s:b s:o s:o}",
+    return json_pack ("{s:I s:I s:f s:s s:o s:o s:o s:o s:b s:o s:o}",
                       "id", (json_int_t)st->id,
                       "userid", st->userid,
                       "t_submit", st->t_submit,
                       "phase", job_phase (st),
                       "attributes", json_deep_copy (st->attributes),
                       "hosts", json_deep_copy (st->hosts),
+                      "rabbits", json_deep_copy (st->rabbits),
+                      "resources", json_deep_copy (st->resources),
                       "started", st->started,
                       "exception", st->exception ? json_deep_copy (st->exception)
                                                  : json_null (),
@@ -470,22 +486,93 @@ static json_t *hosts_from_R (json_t *R)
     return hosts;
 }
 
+/* The parent path of a JGF vertex ("/cluster0/rabbit-1/node3" -> "/cluster0/rabbit-1"),
+ * or NULL.  The caller frees it.
+ */
+static char *vertex_parent (json_t *vertex, const char **type, const char **name)
+{
+    const char *path = NULL;
+    const char *slash;
+
+    *type = *name = NULL;
+    if (json_unpack (vertex, "{s:{s:s s?s s:{s:s}}}",
+                     "metadata", "type", type, "name", name,
+                     "paths", "containment", &path) < 0
+        || !(slash = strrchr (path, '/')))
+        return NULL;
+    return strndup (path, slash - path);
+}
+
+/* Rabbit -> the job's hosts under it, from the JGF Fluxion put into R: a rabbit is the
+ * parent of an "ssd" vertex, and a node under the same parent is served by it
+ * (doc/protocol.rst; flux_dws/rabbits.py reads the same rule).  {} without ssd.
+ */
+static json_t *rabbits_from_R (json_t *R)
+{
+    json_t *vertices = NULL;
+    json_t *parents = json_object ();   // parent path of each ssd -> true
+    json_t *rabbits = json_object ();
+    json_t *vertex;
+    size_t index;
+    const char *type, *name;
+    char *parent;
+
+    if (!parents || !rabbits
+        || json_unpack (R, "{s:{s:{s:o}}}", "scheduling", "graph", "nodes", &vertices) < 0
+        || !json_is_array (vertices))
+        goto done;
+    json_array_foreach (vertices, index, vertex) {
+        if ((parent = vertex_parent (vertex, &type, &name))) {
+            if (streq (type, "ssd"))
+                json_object_set_new (parents, parent, json_true ());
+            free (parent);
+        }
+    }
+    json_array_foreach (vertices, index, vertex) {
+        if (!(parent = vertex_parent (vertex, &type, &name)))
+            continue;
+        if (streq (type, "node") && name && json_object_get (parents, parent)) {
+            const char *rabbit = strrchr (parent, '/') + 1;
+            json_t *hosts = json_object_get (rabbits, rabbit);
+            if (!hosts) {
+                hosts = json_array ();
+                json_object_set_new (rabbits, rabbit, hosts);
+            }
+            json_array_append_new (hosts, json_string (name));
+        }
+        free (parent);
+    }
+done:
+    json_decref (parents);
+    return rabbits ? rabbits : json_object ();
+}
+
 /* Refresh what the callback args say now: the job's state and, once allocated, hosts.
  */
 static void update_from_args (struct dwsjob *st, flux_plugin_arg_t *args)
 {
     int state;
     json_t *R = NULL;
+    json_t *jobspec = NULL;
+    json_t *resources;
 
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN,
-                                "{s:i s?o}", "state", &state, "R", &R) == 0) {
+                                "{s:i s?o s?o}", "state", &state, "R", &R,
+                                "jobspec", &jobspec) == 0) {
         st->state = state;
         if (R && json_array_size (st->hosts) == 0) {
             json_t *hosts = hosts_from_R (R);
             if (hosts) {
                 json_decref (st->hosts);
                 st->hosts = hosts;
+                json_decref (st->rabbits);
+                st->rabbits = rabbits_from_R (R);
             }
+        }
+        if (jobspec && (resources = json_object_get (jobspec, "resources"))
+            && !json_equal (resources, st->resources)) {
+            json_decref (st->resources);
+            st->resources = json_deep_copy (resources);
         }
     }
 }
@@ -618,6 +705,8 @@ static void dwsjob_destroy (struct dwsjob *st)
         dwsjob_detach (st);
         json_decref (st->attributes);
         json_decref (st->hosts);
+        json_decref (st->rabbits);
+        json_decref (st->resources);
         json_decref (st->dws);
         json_decref (st->exception);
         free (st);
@@ -644,6 +733,8 @@ static struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
     st->state = FLUX_JOB_STATE_NEW;
     if (!(st->attributes = json_object ())
         || !(st->hosts = json_array ())
+        || !(st->rabbits = json_object ())
+        || !(st->resources = json_array ())
         || !(st->dws = json_object ())) {
         dwsjob_destroy (st);
         return NULL;
@@ -1461,14 +1552,15 @@ static int release_method (struct plugin_ctx *ctx,
     bool ok = !update || json_is_object (update);
     if (ok && update) {
         json_object_foreach (update, key, value) {
-            if (strncmp (key, "attributes.", strlen ("attributes.")) != 0)
+            if (strncmp (key, "attributes.", strlen ("attributes.")) != 0
+                && !streq (key, "resources"))
                 ok = false;
         }
     }
     if (!ok)
         return fail (err, EPROTO,
                      "job-manager.dws.release: update must map attributes.* keys"
-                     " to values");
+                     " (or resources) to values");
     if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held)
         return fail (err, EINVAL, "job %ju is not waiting for its workflow",
                      (uintmax_t)st->id);
@@ -1647,6 +1739,127 @@ static int heartbeat_method (struct plugin_ctx *ctx,
     return 0;
 }
 
+/* "dws." followed by dot-separated words of letters, digits, '_' and '-'.
+ */
+static bool valid_save_key (const char *s)
+{
+    size_t len = s ? strlen (s) : 0;
+    bool empty = true;
+
+    if (len <= 4 || len > SAVE_KEY_MAX || strncmp (s, "dws.", 4) != 0)
+        return false;
+    for (const char *p = s + 4; *p; p++) {
+        if (*p == '.') {
+            if (empty)
+                return false;
+            empty = true;
+        }
+        else if (isalnum ((unsigned char)*p) || *p == '_' || *p == '-')
+            empty = false;
+        else
+            return false;
+    }
+    return !empty;
+}
+
+static void save_destroy (struct pending_save *ps)
+{
+    if (ps) {
+        int saved_errno = errno;
+        flux_future_destroy (ps->f);
+        flux_msg_decref (ps->msg);
+        free (ps);
+        errno = saved_errno;
+    }
+}
+
+static void save_unlink (struct plugin_ctx *ctx, struct pending_save *ps)
+{
+    struct pending_save **pp = &ctx->saves;
+    while (*pp && *pp != ps)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = ps->next;
+}
+
+static void save_continuation (flux_future_t *f, void *arg)
+{
+    struct pending_save *ps = arg;
+    struct plugin_ctx *ctx = ps->ctx;
+
+    if (flux_future_get (f, NULL) < 0) {
+        if (flux_respond_error (ctx->h, ps->msg, errno, "job-manager.dws.save: KVS commit"
+                                " failed") < 0)
+            flux_log_error (ctx->h, "dws: responding to save");
+    }
+    else if (flux_respond (ctx->h, ps->msg, "{}") < 0)
+        flux_log_error (ctx->h, "dws: responding to save");
+    save_unlink (ctx, ps);
+    save_destroy (ps);
+}
+
+/* Write a JSON value under the job's own KVS directory (keys dws.*), answering once the
+ * commit is done.  The directory is the one job-info serves to the job's owner and the
+ * instance owner only.
+ */
+static int save_method (struct plugin_ctx *ctx,
+                        const flux_msg_t *msg,
+                        const char *method,
+                        json_t *payload,
+                        json_t **response,
+                        struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    json_t *key = json_object_get (payload, "key");
+    json_t *value = json_object_get (payload, "value");
+    char path[SAVE_KEY_MAX + 64];
+    flux_kvs_txn_t *txn = NULL;
+    struct pending_save *ps = NULL;
+    char *text = NULL;
+    int e;
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    if (!json_is_string (key) || !valid_save_key (json_string_value (key))) {
+        char repr[160];
+        py_repr (key, repr, sizeof (repr));
+        return fail (err, EINVAL, "key %s must be dws.<name>[.<name>...]", repr);
+    }
+    if (!json_is_object (value))
+        return fail (err, EPROTO, "job-manager.dws.save: value must be an object");
+    if (st->state == FLUX_JOB_STATE_INACTIVE)
+        return fail (err, ENOENT, "job %ju is not held by the dws plugin", (uintmax_t)st->id);
+    if (!(text = json_dumps (value, JSON_COMPACT)))
+        return fail (err, ENOMEM, "job-manager.dws.save: out of memory");
+    if (strlen (text) > SAVE_VALUE_MAX) {
+        free (text);
+        return fail (err, E2BIG, "job %ju: %s is larger than 64MiB", (uintmax_t)st->id,
+                     json_string_value (key));
+    }
+    if (flux_job_kvs_key (path, sizeof (path), st->id, json_string_value (key)) < 0
+        || !(txn = flux_kvs_txn_create ())
+        || flux_kvs_txn_put (txn, 0, path, text) < 0
+        || !(ps = calloc (1, sizeof (*ps)))
+        || !(ps->f = flux_kvs_commit (ctx->h, NULL, 0, txn))
+        || flux_future_then (ps->f, -1., save_continuation, ps) < 0)
+        goto error;
+    ps->ctx = ctx;
+    ps->msg = flux_msg_incref (msg);
+    ps->next = ctx->saves;
+    ctx->saves = ps;
+    flux_kvs_txn_destroy (txn);
+    free (text);
+    *response = NULL;  // answered when the commit is
+    return 0;
+error:
+    e = errno;
+    save_destroy (ps);
+    flux_kvs_txn_destroy (txn);
+    free (text);
+    return fail (err, e, "job %ju: saving %s failed: %s", (uintmax_t)st->id,
+                 json_string_value (key), strerror (e));
+}
+
 static const struct {
     const char *name;
     method_f fn;
@@ -1659,6 +1872,7 @@ static const struct {
     { "raise", raise_method },
     { "post", post_method },
     { "heartbeat", heartbeat_method },
+    { "save", save_method },
 };
 
 /* Answer one job-manager.dws.<method> request.
@@ -1748,6 +1962,14 @@ static void ctx_destroy (struct plugin_ctx *ctx)
         ctx->destroying = true;
         while (ctx->watchers)
             watcher_end (ctx, ctx->watchers, ENOSYS, "job-manager.dws: plugin unloaded");
+        while (ctx->saves) {
+            struct pending_save *ps = ctx->saves;
+            ctx->saves = ps->next;
+            if (flux_respond_error (ctx->h, ps->msg, ENOSYS,
+                                    "job-manager.dws: plugin unloaded") < 0)
+                flux_log_error (ctx->h, "dws: responding to a pending save");
+            save_destroy (ps);
+        }
         while (ctx->queued) {
             struct queued_msg *q = ctx->queued;
             ctx->queued = q->next;

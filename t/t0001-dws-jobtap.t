@@ -150,11 +150,13 @@ test_expect_success 'list describes the waiting job (record contents in depend)'
     submit_ts=$(flux job eventlog -f json $waiting | head -1 | \
         flux python -c "import json,sys; print(repr(json.load(sys.stdin)[\"timestamp\"]))") &&
     dws_json list.json "len(r[\"jobs\"]) == 1" &&
-    dws_json list.json "r[\"jobs\"][0] == {
+    dws_json list.json "r[\"jobs\"][0][\"resources\"][0][\"type\"] in (\"node\", \"slot\")" &&
+    dws_json list.json "dict(r[\"jobs\"][0], resources=None) == {
         \"id\": $(dws_dec $waiting), \"userid\": $(id -u), \"t_submit\": $submit_ts,
         \"phase\": \"depend\",
         \"attributes\": {\"dw\": \"$DW\", \"dw_timeout\": {\"prerun\": \"10m\"}},
-        \"hosts\": [], \"started\": False, \"exception\": None,
+        \"hosts\": [], \"rabbits\": {}, \"resources\": None,
+        \"started\": False, \"exception\": None,
         \"dws\": {\"dws-waiting\": {\"reason\": \"flux-dws service is not running\"}}}"
 '
 
@@ -176,8 +178,8 @@ test_expect_success 'malformed requests get EPROTO/EINVAL/ENOENT/ENOSYS, the job
 	post	{"id": $id}	EINVAL: event name None must start with '"'"'dws-'"'"'
 	post	{"id": $id, "name": "dws-state", "context": []}	EPROTO: job-manager.dws.post: context must be an object
 	post	{"id": 12345, "name": "dws-state", "context": {}}	ENOENT: job 12345 is not held by the dws plugin
-	release	{"id": $id, "update": {"system.dw_storage": {}}}	EPROTO: job-manager.dws.release: update must map attributes.* keys to values
-	release	{"id": $id, "update": null}	EPROTO: job-manager.dws.release: update must map attributes.* keys to values
+	release	{"id": $id, "update": {"system.dw_storage": {}}}	EPROTO: job-manager.dws.release: update must map attributes.* keys (or resources) to values
+	release	{"id": $id, "update": null}	EPROTO: job-manager.dws.release: update must map attributes.* keys (or resources) to values
 	release	{"id": "5"}	EPROTO: job-manager.dws.release: id must be a job ID
 	release	{"id": true}	EPROTO: job-manager.dws.release: id must be a job ID
 	release	{"id": 12345}	ENOENT: job 12345 is not held by the dws plugin
@@ -193,6 +195,11 @@ test_expect_success 'malformed requests get EPROTO/EINVAL/ENOENT/ENOSYS, the job
 	frobnicate	{}	ENOSYS: job-manager.dws.frobnicate: no such method
 	list	[]	EPROTO: request payload must be a JSON object
 	watch	{"service": true}	EPROTO: job-manager.dws.watch: a streaming request is required
+	save	{"id": $id, "key": "eventlog", "value": {}}	EINVAL: key '"'"'eventlog'"'"' must be dws.<name>[.<name>...]
+	save	{"id": $id, "key": "dws..x", "value": {}}	EINVAL: key '"'"'dws..x'"'"' must be dws.<name>[.<name>...]
+	save	{"id": $id, "value": {}}	EINVAL: key None must be dws.<name>[.<name>...]
+	save	{"id": $id, "key": "dws.x", "value": []}	EPROTO: job-manager.dws.save: value must be an object
+	save	{"id": 12345, "key": "dws.x", "value": {}}	ENOENT: job 12345 is not held by the dws plugin
 	EOF
     dws_expect malformed.tsv &&
     test "$(flux jobs -n -o "{state}" $waiting)" = DEPEND &&
@@ -218,6 +225,7 @@ test_expect_success 'a guest gets EPERM from every method' '
 	raise	{"id": $id, "type": "dws", "severity": 0, "note": "x"}	EPERM: job-manager.dws.raise: $only
 	post	{"id": $id, "name": "dws-state", "context": {}}	EPERM: job-manager.dws.post: $only
 	heartbeat	{}	EPERM: job-manager.dws.heartbeat: $only
+	save	{"id": $id, "key": "dws.x", "value": {}}	EPERM: job-manager.dws.save: $only
 	EOF
     FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 dws_expect guest.tsv
 '
@@ -252,6 +260,16 @@ test_expect_success 'post records dws-* events; the record keeps the latest of e
     dws_rpc list >posted.json &&
     dws_json posted.json "[j for j in r[\"jobs\"] if j[\"id\"] == $id][0][\"dws\"] == {
         \"dws-state\": {\"state\": \"Setup\", \"deadline\": None}, \"dws-workflow\": {}}"
+'
+
+test_expect_success 'save writes into the job KVS directory, which only its owner may read' '
+    dws_rpc save "{\"id\": $id, \"key\": \"dws.output\", \"value\": {\"a\": [1, \"x\"]}}" &&
+    flux job info $job dws.output >saved.out &&
+    echo "{\"a\":[1,\"x\"]}" >saved.expected &&
+    test_cmp saved.expected saved.out &&
+    test_must_fail env FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 \
+        flux job info $job dws.output 2>guest-info.err &&
+    grep "access is restricted to job/instance owner" guest-info.err
 '
 
 test_expect_success 'release applies the jobspec update and removes the dependency' '

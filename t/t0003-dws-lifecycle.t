@@ -171,6 +171,19 @@ test_expect_success 'a container exiting non-zero fails the job after it ran' '
     fails_after_run exit-nonzero "container job Failed"
 '
 
+test_expect_success 'flux dws logs shows the failed container: exit code and last lines' '
+    id=$(flux job last) &&
+    flux python -m flux_dws logs $id >exit-nonzero.logs &&
+    grep "container app in pod .*: exit code 1 (Error)" exit-nonzero.logs &&
+    grep -A1 "cannot open input /mnt/nnf/data/missing.dat" exit-nonzero.logs | tail -1 |
+        grep "exiting with status 1" &&
+    flux job eventlog $id | grep "dws-container .*\"exit_code\":1" &&
+    flux job info $id dws.output >exit-nonzero.saved &&
+    test_must_fail env FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 \
+        flux job info $id dws.output 2>guest.err &&
+    grep "access is restricted to job/instance owner" guest.err
+'
+
 test_expect_success 'a crash-looping container fails the job after it ran' '
     fails_after_run crash-loop "user container(s) failed to run successfully after 7 attempts"
 '

@@ -52,25 +52,46 @@ def _real_flux_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module", params=["fakeflux", "fakeflux-process", "flux"])
+def _fluxion_missing() -> str | None:
+    from flux_dws.testing.realflux import fluxion_installed
+
+    return _real_flux_missing() or (
+        None if fluxion_installed() else "Fluxion (flux-sched) is not installed: skipped"
+    )
+
+
+#: The Fluxion backend's rabbits: two, each serving two of the stack's four compute nodes.
+FLUXION_RABBITS = {
+    "rabbit-0": ["compute-01", "compute-02"],
+    "rabbit-1": ["compute-03", "compute-04"],
+}
+
+
+@pytest.fixture(scope="module", params=["fakeflux", "fakeflux-process", "flux", "fluxion"])
 def stack_backend(request):
     """fakeflux with the service in this process; fakeflux with the service in a process of
-    its own (over a Unix socket, as under Flux); a real Flux instance where flux-core is."""
-    if request.param == "flux":
-        missing = _real_flux_missing()
-        if missing:
-            pytest.skip(missing)
+    its own (over a Unix socket, as under Flux); a real Flux instance where flux-core is; and
+    one whose R holds rabbits, scheduled by Fluxion with ``rabbit-scheduling``, where Fluxion
+    is installed too."""
+    missing = {"flux": _real_flux_missing, "fluxion": _fluxion_missing}.get(request.param)
+    if missing and missing():
+        pytest.skip(missing())
     return request.param
 
 
 @pytest.fixture(scope="module")
 def _real_stack(stack_backend):
     """One real Flux instance per module (starting one costs seconds)."""
-    if stack_backend != "flux":
+    if stack_backend not in ("flux", "fluxion"):
         yield None
         return
     from flux_dws.testing.stack import Stack
 
+    if stack_backend == "fluxion":
+        config = {"heartbeat": "2s", "rabbit-scheduling": True}
+        with Stack(hosts=4, backend="flux", config=config, rabbits=FLUXION_RABBITS) as running:
+            yield running
+        return
     with Stack(hosts=4, backend="flux", config={"heartbeat": "2s"}) as running:
         yield running
 

@@ -15,6 +15,7 @@ from flux_dws.directives import (
     parse_directives,
     parse_size,
     split_directives,
+    words,
 )
 from flux_dws.errors import DirectiveError
 from flux_dws.states import State
@@ -411,15 +412,24 @@ def test_test_directive_actions():
     (d,) = parse_directives("#DW PostRun action=error message=disk_on_fire severity=Major")
     assert d.args["message"] == "disk_on_fire" and d.args["severity"] == "Major"
     parse_directives("#DW Setup action=error")
+    parse_directives("#DW Setup action=complete")
+    # the driver ignores message/severity unless action=error; DWS admits them anyway
+    parse_directives("#DW Setup action=wait message=x severity=fatal")
+    # the driver lower-cases the severity; an empty one means Minor, an empty message is ""
+    (d,) = parse_directives("#DW Setup action=error message= severity=")
+    assert d.args["message"] == "" and d.args["severity"] == ""
+    assert d.text == "#DW Setup action=error message= severity="
+    assert parse_directives(d.text) == (d,)
     assert_error("#DW Setup", 0, "Setup", "missing required key 'action'")
     assert_error("#DW Setup action=explode", 0, "Setup", "action='explode' is not one of wait")
-    assert_error("#DW Setup action=wait message=x", 0, "Setup", "message= is only allowed")
-    assert_error("#DW Setup action=wait severity=Fatal", 0, "Setup", "severity= is only allowed")
+    assert_error("#DW Setup action=Wait", 0, "Setup", "action='Wait' is not one of wait")
+    assert_error("#DW Setup action=", 0, "Setup", "key 'action' has an empty value")
+    assert_error("#DW Setup action=wait message", 0, "Setup", "word 'message' is not key=value")
     assert_error(
-        "#DW Setup action=error severity=fatal",
+        "#DW Setup action=error severity=fatally",
         0,
         "Setup",
-        "severity='fatal' is not one of Minor, Major, Fatal",
+        "severity='fatally' is not one of Minor, Major, Fatal (in any letter case)",
     )
     # message is one word: the rest of the line is not part of it
     assert_error("#DW Setup action=error message=disk on fire", 0, "Setup", "word 'on'")
@@ -510,6 +520,7 @@ def directive_sets(draw):
     lines += [("persistentdw", [("name", name)]) for name in persistent]
     movable = [f"$DW_JOB_{n}" for n, kind in jobdw if kind != "raw"]
     movable += [f"$DW_PERSISTENT_{n}" for n in persistent]
+    movable += [ref.replace("-", "_") for ref in movable]  # as nnf-sos reads them
     paths = st.one_of(
         st.builds("/{}".format, path_words),
         *([st.builds("{}/{}".format, st.sampled_from(movable), path_words)] if movable else []),
@@ -529,11 +540,13 @@ def directive_sets(draw):
             pairs.append(("DW_GLOBAL_g0", draw(st.builds("/{}".format, path_words))))
         lines.append(("container", draw(st.permutations(pairs))))
     for state in draw(st.lists(st.sampled_from(TEST_COMMANDS), max_size=2)):
-        pairs = [("action", draw(st.sampled_from(["wait", "error"])))]
-        if pairs[0][1] == "error":
-            pairs += [("message", draw(st.from_regex(r"[A-Za-z_]{1,10}", fullmatch=True)))]
-            pairs += [("severity", draw(st.sampled_from(["Minor", "Major", "Fatal"])))]
-        lines.append((state, pairs))
+        pairs = [("action", draw(st.sampled_from(["wait", "complete", "error"])))]
+        if draw(st.booleans()):  # any action: the test driver reads them only for error
+            pairs += [("message", draw(st.from_regex(r"[A-Za-z_]{0,10}", fullmatch=True)))]
+        if draw(st.booleans()):
+            severity = draw(st.sampled_from(["", "Minor", "Major", "Fatal"]))
+            pairs += [("severity", draw(st.sampled_from([severity, severity.upper()])))]
+        lines.append((state, draw(st.permutations(pairs))))
     lines = draw(st.permutations(lines))
     if not lines or draw(st.integers(0, 9)) == 0:  # sometimes a solo persistent command
         kind = draw(st.sampled_from(["create_persistent", "destroy_persistent"]))
@@ -571,7 +584,7 @@ BAD_DIRECTIVES = [
     "#DW persistentdw name=Z",
     "#DW copy_in source=relative destination=/x",
     "#DW container name=c1",
-    "#DW Setup action=wait severity=Fatal",
+    "#DW Setup action=wait severity=Fatally",
     "#DW nonsense",
     "#DW",
     "#DW persistentdw name=a1 name=a2",
@@ -625,7 +638,7 @@ texts = st.one_of(
 @given(st.one_of(texts, st.lists(texts, max_size=4)))
 def test_any_text_gives_directives_or_a_one_line_directive_error(value):
     chunks = [value] if isinstance(value, str) else value
-    count = sum(chunk.split().count("#DW") for chunk in chunks)
+    count = sum(words(chunk).count("#DW") for chunk in chunks)
     try:
         parsed = parse_directives(value)
     except DirectiveError as exc:

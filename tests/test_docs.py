@@ -51,7 +51,7 @@ from flux_dws.cli.sources import StackSource
 from flux_dws.directives import parse_directives
 from flux_dws.errors import DwsError, PolicyError, RequestError
 from flux_dws.fsd import parse_fsd
-from flux_dws.k8s import KubeClient, KubeError
+from flux_dws.k8s import KubeClient, KubeError, records
 from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
 from flux_dws.lifecycle import JobPhase, JobView, RaiseException, decide
 from flux_dws.policy import (
@@ -80,7 +80,8 @@ MAN5 = DOC / "man5" / "flux-config-dws.rst"
 ADMIN = DOC / "guide" / "admin.rst"
 USER = DOC / "guide" / "user.rst"
 INDEX = DOC / "index.rst"
-DOCS = (MAN1, MAN5, ADMIN, USER, INDEX)
+ARCHITECTURE = DOC / "architecture.rst"
+DOCS = (MAN1, MAN5, ADMIN, USER, INDEX, ARCHITECTURE, DOC / "protocol.rst")
 SITE_EXAMPLE = DOC / "dws.toml.example"
 #: The examples' user is the instance owner, so restrict-persistent never gets in the way.
 UID = 1001
@@ -381,7 +382,16 @@ def test_toml_blocks_are_accepted_or_refused_as_shown():
     plugin = makefile_variable(ROOT / "jobtap" / "Makefile", "PLUGIN")
     for block in blocks:
         config = tomllib.loads(block.text)
-        assert set(config) <= {"dws", "job-manager", "ingest"}, block.where
+        assert set(config) <= {
+            "dws",
+            "job-manager",
+            "ingest",
+            "resource",
+            "sched-fluxion-resource",
+        }, block.where
+        # the service reads the rabbits a job got from the JGF Fluxion writes into its R
+        assert config.get("sched-fluxion-resource", {}).get("match-format", "rv1") == "rv1"
+        assert isinstance(config.get("resource", {}).get("path", ""), str), block.where
         first = block.text.splitlines()[0]
         if first.startswith("# Refused: "):
             with pytest.raises(PolicyError) as caught:
@@ -501,7 +511,7 @@ def documented_options() -> dict[str, set[str]]:
             options.setdefault(program, set())
         elif line.startswith(".. option:: "):
             for spec in line.split(":: ", 1)[1].split(", "):
-                options[program].add(re.split(r"[= ]", spec.strip(), maxsplit=1)[0])
+                options[program].add(re.split(r"[=[ ]", spec.strip(), maxsplit=1)[0])
     return options
 
 
@@ -584,7 +594,7 @@ def test_service_log_sample_lines_are_the_services_formats():
 
 
 def test_rst_is_well_formed():
-    docutils = pytest.importorskip("docutils")
+    import docutils  # comes with .[test]: this test never skips
     from docutils import nodes
     from docutils.core import publish_doctree
     from docutils.parsers.rst import Directive, directives, roles
@@ -652,7 +662,8 @@ def rbac_grants() -> tuple[set[tuple[str, str, str]], dict[str, set[str]]]:
 
 
 def as_grants(counts: Mapping[tuple[str, str], int]) -> set[tuple[str, str, str]]:
-    return {(by_plural(plural).group, plural, verb) for verb, plural in counts}
+    """(group, resource, verb); a subresource ("pods/log") is in its resource's group."""
+    return {(by_plural(plural.split("/")[0]).group, plural, verb) for verb, plural in counts}
 
 
 WORKFLOW_ID = 4242
@@ -692,11 +703,11 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_breakdowns": lambda k: k.read_breakdowns(_workflow_stub(k)),
     "patch_servers": lambda k: k.patch_servers("nosuch", k.namespace, []),
     "read_system_configuration": lambda k: k.read_system_configuration(),
+    "list_storages": lambda k: k.list_storages(),
     "read_container_profile": lambda k: k.read_container_profile(_workflow_stub(k)),
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,
     "delete_workflow": lambda k: k.delete_workflow(k.workflow_name(WORKFLOW_ID)),
-    "list_storages": lambda k: k.list_storages(),
     "read_system_status": lambda k: k.read_system_status(),
     "write_system_status": lambda k: [
         k.write_system_status({"data": {"nodes": {"compute-01": "Enabled"}}}, exists)
@@ -710,14 +721,41 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
 NO_REQUESTS = {"connect", "close", "request_counts", "workflow_name"}
 
 
+def _container_pod(kube: KubeClient, store: Any) -> None:
+    """One container pod of the stub workflow, started, so its log is read too."""
+    name = kube.workflow_name(WORKFLOW_ID)
+    labels = {"nnf.cray.hpe.com/container": name}
+    store.create(
+        "pods",
+        kube.namespace,
+        {
+            "metadata": {"name": f"{name}-rabbit-0", "labels": labels},
+            "spec": {"containers": [{"name": "app"}]},
+            "status": {"containerStatuses": [{"name": "app", "state": {"running": {}}}]},
+        },
+    )
+
+
+#: flux_dws.k8s.records: the reads for the job's records, each called once the same way.
+RECORD_EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
+    "read_data_movements": lambda k: records.read_data_movements(
+        k, k.workflow_name(WORKFLOW_ID), k.namespace
+    ),
+    "collect_output": lambda k: records.collect_output(
+        k, k.workflow_name(WORKFLOW_ID), k.namespace, 1024
+    ),
+}
+
+
 def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     public = {n for n in vars(KubeClient) if not n.startswith("_")} - {"counts"}
     assert public == set(EXERCISES) | NO_REQUESTS, "a KubeClient method's RBAC needs are unknown"
     kube = KubeClient.connect(
         namespace="default", identity="docs", kubeconfig=kubeapi.kubeconfig, timeout=5, retries=0
     )
+    _container_pod(kube, kubeapi.store)
     try:
-        for name, call in EXERCISES.items():
+        for name, call in {**EXERCISES, **RECORD_EXERCISES}.items():
             try:
                 call(kube)
             except KubeError as exc:
@@ -728,8 +766,9 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     grants, where = rbac_grants()
     assert used == grants
     assert where.pop("systemconfigurations") == {SYSTEM_CONFIGURATION[0]}
-    for health in ("storages", "clientmounts", "systemstatuses"):  # cluster-wide, read mostly
+    for health in ("clientmounts", "systemstatuses"):  # cluster-wide (rabbit and node health)
         assert where.pop(health) == {"*"}, health
+    assert where.pop("nnfdatamovements") == {"*"}  # in nnf-dm-system and rabbit namespaces
     assert all(scopes == {Policy().namespace} for scopes in where.values()), where
 
 
@@ -795,6 +834,9 @@ def seen() -> Iterator[Seen]:
         )
         jobs["fatal"] = stack.submit(
             [JOBDW, "#DW DataIn action=error message=disk_full severity=Fatal"]
+        )
+        jobs["copy"] = stack.submit(
+            [JOBDW, "#DW copy_in source=/lus/missing/in destination=$DW_JOB_scratch/in"]
         )
         jobs["deleted"] = stack.submit([JOBDW, "#DW PreRun action=wait"])
         entered(stack, jobs["deleted"], State.PRERUN)

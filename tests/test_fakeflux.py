@@ -16,6 +16,7 @@ import pytest
 from flux_dws.flux.transport import RpcError
 from flux_dws.loop import Loop
 from flux_dws.testing.fakeflux import FakeFlux, SubmitError
+from flux_dws.testing.fakeflux.jobs import node_resources
 
 DW = {"dw": "#DW jobdw type=xfs capacity=10GiB name=scratch", "dw_timeout": {"prerun": "10m"}}
 HOSTS = ["compute-01", "compute-02"]
@@ -186,6 +187,8 @@ def test_dw_job_lifecycle_over_the_protocol(ff: FakeFlux, service: Client) -> No
         "phase": "depend",
         "attributes": DW,
         "hosts": [],
+        "rabbits": {},
+        "resources": node_resources(2),
         "started": False,
         "exception": None,
         "dws": {},

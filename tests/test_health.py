@@ -206,3 +206,31 @@ def test_drainset_follows_flux_core():
     assert set(d.info) == {"c2"}
     with pytest.raises(DrainError):
         d.drain("nosuch", "x")
+
+
+def test_ssd_paths_come_from_the_rabbit_graph():
+    from flux_dws.flux.resource import ssd_paths
+
+    def vertex(kind: str, path: str) -> dict:
+        return {"metadata": {"type": kind, "paths": {"containment": path}}}
+
+    R = {
+        "scheduling": {
+            "graph": {
+                "nodes": [
+                    vertex("cluster", "/cluster0"),
+                    vertex("chassis", "/cluster0/rabbit-0"),
+                    vertex("ssd", "/cluster0/rabbit-0/ssd1"),
+                    vertex("ssd", "/cluster0/rabbit-0/ssd0"),
+                    vertex("ssd", "/cluster0/rabbit-1/ssd2"),
+                    vertex("node", "/cluster0/rabbit-0/c1"),
+                    "junk",
+                ]
+            }
+        }
+    }
+    assert ssd_paths(R) == {
+        "rabbit-0": ("/cluster0/rabbit-0/ssd0", "/cluster0/rabbit-0/ssd1"),
+        "rabbit-1": ("/cluster0/rabbit-1/ssd2",),
+    }
+    assert ssd_paths(None) == {} and ssd_paths({"scheduling": 5}) == {}

@@ -45,7 +45,8 @@ def _health_stack(request):
         if missing:
             pytest.skip(missing)
         backend = "flux"
-    with Stack(CONFIG, hosts=4, per_rabbit=2, backend=backend, identity="health") as stack:
+    rabbits = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
+    with Stack(CONFIG, hosts=4, rabbits=rabbits, backend=backend, identity="health") as stack:
         yield stack
 
 

@@ -271,7 +271,8 @@ def test_patch_computes_replaces_the_host_list(api, kube):
 
 
 def test_breakdowns_and_servers(api, kube):
-    kube.create_workflow(jobid=13, userid=1, groupid=1, directives=DIRECTIVES * 2)
+    second = "#DW jobdw type=xfs capacity=10GiB name=scratch2"  # DWS: jobdw names are unique
+    kube.create_workflow(jobid=13, userid=1, groupid=1, directives=[*DIRECTIVES, second])
     name = kube.workflow_name(13)
     refs = []
     for index in (1, 0):  # status order, not name order, is what counts
@@ -320,7 +321,7 @@ def _exists(api, plural, namespace, name) -> bool:
 
 
 def test_pinned_container_profile_and_its_timeouts(api, kube):
-    directives = [DIRECTIVES[0], "#DW container name=c1 profile=red-rock DW_JOB_x=scratch"]
+    directives = [DIRECTIVES[0], "#DW container name=c1 profile=red-rock DW_JOB_xy=scratch"]
     kube.create_workflow(jobid=14, userid=1, groupid=1, directives=directives)
     name = kube.workflow_name(14)
     workflow = kube.get_workflow(name)

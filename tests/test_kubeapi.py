@@ -676,7 +676,7 @@ def test_the_mutating_webhook_adds_driver_entries_and_env(co):
             WEBHOOK_DENIED + "Spec.Hurry: Forbidden: the hurry flag may not be set on creation",
         ),
         (
-            {"dwDirectives": ["#DW jobdw type=xfs capacity=1GiB name=a", "#DW bogus x=1"]},
+            {"dwDirectives": ["#DW jobdw type=xfs capacity=1GiB name=ab", "#DW bogus x=1"]},
             403,
             WEBHOOK_DENIED + "invalid directive '#DW bogus x=1'",
         ),

@@ -252,12 +252,13 @@ def test_prerun_container_failure_cancels_before_start_with_the_reason():
     actions = decide(
         j, wf(State.PRERUN, ready=False, status=Status.ERROR, container=outcome), POLICY, NOW
     )
-    assert kinds(actions) == ["RaiseException", "FinishProlog", "SetDesiredState"]
+    # the containers' output is saved (and dws-container posted) before anything else
+    assert kinds(actions) == ["SaveOutput", "RaiseException", "FinishProlog", "SetDesiredState"]
     assert "failed to start after 300 seconds" in of(actions, lc.RaiseException)[0].note
     assert of(actions, lc.FinishProlog)[0].success is False
-    (container,) = [e for e in of(actions, lc.PostEvent) if e.name == "dws-container"]
-    assert container.context["state"] == "timed-out"
-    assert container.context["phase"] == "PreRun"
+    (container,) = of(actions, lc.SaveOutput)
+    assert container.event["state"] == "timed-out"
+    assert container.event["phase"] == "PreRun"
 
 
 def test_postrun_container_failure_fails_the_job_and_skips_dataout():
@@ -278,12 +279,16 @@ def test_container_outcome_is_recorded_once():
     outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
     j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN))
 
-    def recorded_outcomes(view: JobView) -> list[lc.PostEvent]:
+    def recorded_outcomes(view: JobView) -> list[lc.SaveOutput]:
         actions = decide(view, wf(State.POSTRUN, container=outcome), POLICY, NOW)
-        return [e for e in of(actions, lc.PostEvent) if e.name == "dws-container"]
+        return of(actions, lc.SaveOutput)
 
     (first,) = recorded_outcomes(j)
-    assert first.context["state"] == "exited"
+    assert first.event["state"] == "exited"
+    # saved before DataOut is asked for (pods live until Teardown, but a restart must not
+    # find DataOut asked and the output unsaved)
+    actions = decide(j, wf(State.POSTRUN, container=outcome), POLICY, NOW)
+    assert kinds(actions)[:2] == ["SaveOutput", "SetDesiredState"]
     assert recorded_outcomes(dataclasses.replace(j, container_recorded=ContainerState.EXITED)) == []
 
 

@@ -20,6 +20,7 @@ from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS
 from flux_dws.cli.sources import FluxSource, Source, SourceError, flux_uri_problem
 from flux_dws.errors import DwsError
 from flux_dws.k8s import KubeError
+from flux_dws.rabbits import RabbitError
 
 PROG = "flux dws"
 #: Commands that read a Flux instance (and need FLUX_URI).
@@ -81,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the service")
 
+    p = sub.add_parser("rabbit-graph", help="write the instance's R with rabbits for Fluxion")
+    from flux_dws.cli.rabbitgraph import add_arguments as rabbit_graph_arguments
+
+    rabbit_graph_arguments(p)
+
     p = sub.add_parser("simulate", help="run a mix of #DW jobs against a simulated cluster")
     from flux_dws.cli.simulate import add_arguments
 
@@ -123,7 +129,7 @@ def main(
     prog = f"{PROG} {command}"
     try:
         return _run(args, out, environ, source_factory, now)
-    except (DwsError, SourceError, KubeError, LookupError) as exc:
+    except (DwsError, SourceError, KubeError, LookupError, RabbitError) as exc:
         print(f"{prog}: {_one_line(exc)}", file=err)
         return 1
     except KeyboardInterrupt:
@@ -155,6 +161,10 @@ def _run(
         from flux_dws.cli import simulate
 
         return simulate.run(args, out, environ=environ)
+    if args.command == "rabbit-graph":
+        from flux_dws.cli import rabbitgraph
+
+        return rabbitgraph.run(args, out)
     if source_factory is None:
         problem = flux_uri_problem(environ)
         if problem:

@@ -15,6 +15,7 @@ from typing import Any, Callable, TextIO
 
 from flux_dws.cli.inventory import filter_rows, list_rows
 from flux_dws.cli.jobid import f58, f58_prefix, parse_jobid
+from flux_dws.cli.records import copies, render_copies, render_output
 from flux_dws.cli.render import (
     LIST_FIELDS,
     LIST_FORMATS,
@@ -29,6 +30,7 @@ from flux_dws.cli.sources import Source, SourceError, user_id, user_name
 from flux_dws.cli.views import build_logs, build_status, events_named, job_state
 from flux_dws.errors import DwsError
 from flux_dws.k8s import KubeError
+from flux_dws.output import OUTPUT_KEY, read_saved
 from flux_dws.reconcile import Sweep, plan_cleanup
 from flux_dws.states import State
 from flux_dws.workflow import view_workflow
@@ -69,11 +71,12 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     eventlog = source.eventlog(jobid)
     workflow, note = _live_workflow(source, eventlog)
     view = build_status(jobid, eventlog, workflow, now, workflow_note=note)
+    moved = copies(eventlog)
     if args.json:
-        print(dumps(view), file=out)
+        print(dumps({**to_jsonable(view), "copies": moved}), file=out)
     else:
         lines = render_status(view, prefix=f58_prefix(out), user_name=user_name)
-        print("\n".join(lines), file=out)
+        print("\n".join(lines + render_copies(moved)), file=out)
     return 0
 
 
@@ -82,10 +85,16 @@ def logs(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> i
     eventlog = source.eventlog(jobid)
     workflow, note = _live_workflow(source, eventlog)
     view = build_logs(jobid, eventlog, workflow, workflow_note=note)
+    saved = read_saved(source.saved(jobid, OUTPUT_KEY))
+    containers = events_named(eventlog, "dws-container")
+    event = containers[-1] if containers else None
     if args.json:
-        print(dumps(view), file=out)
+        output = saved.to_json() if saved is not None else None
+        print(dumps({**to_jsonable(view), "output": output}), file=out)
     else:
-        print("\n".join(render_logs(view, prefix=f58_prefix(out))), file=out)
+        prefix = f58_prefix(out)
+        lines = render_logs(view, prefix=prefix) + render_output(jobid, saved, event, prefix=prefix)
+        print("\n".join(lines), file=out)
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,7 +112,11 @@ DEFAULT_MIX = (
 
 
 def parse_mix(text: str) -> dict[str, float]:
-    """ "storage=40,hang=5" -> weights by kind; DwsError names the word that is wrong."""
+    """ "storage=40,hang=5" -> weights by kind; DwsError names the word that is wrong.
+
+    Every kind needs its weight: a bare "storage" reads like "only storage" but would be
+    one share among the others, so it is refused rather than guessed.
+    """
     weights: dict[str, float] = {}
     for word in (w.strip() for w in text.split(",")):
         if not word:
@@ -122,8 +127,10 @@ def parse_mix(text: str) -> dict[str, float]:
             raise DwsError(f"--mix: unknown job kind {name!r} (known: {', '.join(KINDS)})")
         if name in weights:
             raise DwsError(f"--mix: {name!r} is given twice")
+        if not sep:
+            raise DwsError(f"--mix: {name!r} has no weight (write {name}=N, e.g. {name}=1)")
         try:
-            weight = float(value) if sep else 1.0
+            weight = float(value)
         except ValueError:
             raise DwsError(f"--mix: weight of {name!r} is not a number: {value!r}") from None
         if not (weight >= 0 and math.isfinite(weight)):
@@ -202,6 +209,26 @@ def plan_jobs(
 
 # --------------------------------------------------------------------------- endings
 
+#: A container profile timeout as nnf-sos quotes it ("... after 300 seconds").
+_PROFILE_SECONDS = re.compile(r"\bafter (\d+(?:\.\d+)?) seconds\b")
+
+
+def scaled_note(note: str, time_scale: float) -> str:
+    """``note`` with each quoted profile timeout followed by the time it took here.
+
+    The simulator runs container profile timeouts ``time_scale`` times as fast as the profile
+    says (a 300 s PostRun timeout fires after 6 s at scale 0.02), but nnf-sos words the failure
+    with the profile's own figure; the person watching sees both, and that it was scaled.
+    """
+    if time_scale == 1.0:
+        return note
+
+    def both(match: re.Match[str]) -> str:
+        here = format_duration(float(match.group(1)) * time_scale)
+        return f"{match.group(0)} (profile time, scaled by {time_scale:g}: {here} here)"
+
+    return _PROFILE_SECONDS.sub(both, note)
+
 
 @dataclass(frozen=True)
 class Ending:
@@ -216,6 +243,12 @@ class Ending:
     submitted: float
     ended: float | None
     ran: tuple[float, float] | None = None  # the tasks' start and finish
+    failed_at: float | None = None  # when the fatal exception came, if one did
+
+    @property
+    def failed(self) -> bool:
+        """Whether the job failed for its user (FAILED or CANCELED), as its story may say."""
+        return self.result not in ("COMPLETED", None)
 
 
 def user_outcome(eventlog: Sequence[Mapping[str, Any]]) -> str:
@@ -239,6 +272,14 @@ def judge(
     times = {e.get("name"): e.get("timestamp") for e in reversed(eventlog)}
     ended = [e["timestamp"] for e in eventlog if e.get("name") == "clean"]
     start, finish = times.get("start"), times.get("finish")
+    fatal = [
+        e.get("timestamp")
+        for e in eventlog
+        if e.get("name") == "exception"
+        and isinstance(e.get("context"), Mapping)
+        and e["context"].get("severity") == 0
+        and isinstance(e.get("timestamp"), (int, float))
+    ]
     return Ending(
         job=job,
         jobid=jobid,
@@ -249,6 +290,7 @@ def judge(
         submitted=float(times.get("submit") or 0.0),
         ended=float(ended[-1]) if ended else None,
         ran=(float(start), float(finish)) if start and finish else None,
+        failed_at=float(fatal[0]) if fatal else None,
     )
 
 
@@ -300,10 +342,19 @@ class Summary:
     workflows_left: int
     elapsed: float
     jobs: int
+    time_scale: float = 1.0  # container profile seconds count this much (see scaled_note)
+    timeout_expired: float | None = None  # the --timeout, if it expired before every job ended
+    not_submitted: int = 0  # jobs never submitted because the --timeout expired first
+    cancelled: int = 0  # jobs cancelled because the --timeout expired before they ended
 
     @property
     def ok(self) -> bool:
-        return not self.unexpected and self.workflows_left == 0
+        return (
+            not self.unexpected
+            and self.workflows_left == 0
+            and self.timeout_expired is None
+            and self.not_submitted == 0
+        )
 
 
 _RESULT_ORDER = ("COMPLETED", "FAILED", "CANCELED", "TIMEOUT")
@@ -316,6 +367,10 @@ def summarize(
     request_counts: Mapping[str, int] | None,
     workflows_left: int,
     elapsed: float,
+    time_scale: float = 1.0,
+    timeout_expired: float | None = None,
+    not_submitted: int = 0,
+    cancelled: int = 0,
 ) -> Summary:
     """The figures the summary shows; every kind in ``kinds`` gets a row, even with no jobs."""
     rows = []
@@ -346,6 +401,10 @@ def summarize(
         workflows_left=workflows_left,
         elapsed=elapsed,
         jobs=len(endings),
+        time_scale=time_scale,
+        timeout_expired=timeout_expired,
+        not_submitted=not_submitted,
+        cancelled=cancelled,
     )
 
 
@@ -376,9 +435,10 @@ def render_summary(summary: Summary, *, prefix: str = "ƒ") -> list[str]:
         for e in summary.unexpected:
             want = e.job.result + (f' with "{e.job.reason.strip()}"' if e.job.reason else "")
             got = e.result or "not ended"
+            note = scaled_note(e.note, summary.time_scale)
             lines.append(
                 f"  {f58(e.jobid, prefix)} {e.job.kind}: {got}"
-                + (f" ({e.note})" if e.note else "")
+                + (f" ({note})" if note else "")
                 + f"; expected {want}"
             )
     if summary.states:
@@ -398,10 +458,32 @@ def render_summary(summary: Summary, *, prefix: str = "ƒ") -> list[str]:
         parts = "  ".join(f"{verb} {n:.1f}" for verb, n in summary.requests_per_job.items())
         lines.append(f"Kubernetes requests per job: {total:.1f} ({parts})")
     lines.append(f"Workflows left in Kubernetes: {summary.workflows_left}")
+    expired = timeout_sentence(summary)
+    if expired:
+        lines.append(expired)
     good = sum(r.as_expected for r in summary.kinds)
     verdict = "PASS" if summary.ok else "FAIL"
     lines.append(
         f"{verdict}: {good} of {summary.jobs} jobs ended as expected in"
         f" {format_duration(summary.elapsed)}, {summary.workflows_left} workflows left"
+        + (" (the --timeout expired)" if summary.timeout_expired is not None else "")
     )
     return lines
+
+
+def timeout_sentence(summary: Summary) -> str:
+    """What an expired --timeout did, in words; "" if it did not expire."""
+    if summary.timeout_expired is None:
+        return ""
+    n, never = summary.cancelled, summary.not_submitted
+    parts = [f"{_jobs(n)} had not ended and {'was' if n == 1 else 'were'} cancelled"]
+    if never:
+        parts.append(f"{_jobs(never)} {'was' if never == 1 else 'were'} never submitted")
+    return (
+        f"The --timeout of {format_duration(summary.timeout_expired)} expired before every job"
+        f" ended: {' and '.join(parts)}."
+    )
+
+
+def _jobs(n: int) -> str:
+    return "1 job" if n == 1 else f"{n} jobs"

@@ -12,13 +12,14 @@ import argparse
 import contextlib
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from flux_dws.cli.jobid import f58, f58_prefix
+from flux_dws.cli.jobid import f58_prefix
+from flux_dws.cli.progress import Progress
 from flux_dws.cli.simplan import (
     DEFAULT_MIX,
     KINDS,
@@ -33,7 +34,7 @@ from flux_dws.cli.simplan import (
 )
 from flux_dws.cli.views import format_duration
 from flux_dws.errors import DwsError
-from flux_dws.states import STATE_ORDER
+from flux_dws.fsd import parse_fsd
 
 #: How often the live view is redrawn, and job states are polled, per second.
 REFRESH_HZ = 5.0
@@ -59,12 +60,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="how much faster than a small real system the cluster acts (default 1)",
     )
-    parser.add_argument("--plot", metavar="FILE.png", help="save a timeline of the jobs' states")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="save a timeline of the jobs' states (any format matplotlib writes: .png, .svg, .pdf)",
+    )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=_duration,
         default=600.0,
-        help="give up on jobs not ended after this many seconds (default 600)",
+        metavar="DURATION",
+        help="cancel the jobs not ended after DURATION (e.g. 90s, 10m; default 10m)",
     )
     parser.add_argument(
         "--backend",
@@ -73,7 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="job-manager: fakeflux, or a real Flux test instance (auto: flux under Flux)",
     )
     parser.add_argument("--log", metavar="FILE", help="write the service's log to FILE")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="the summary as JSON: on stdout, or written to FILE (the usual output stays)",
+    )
 
 
 # --------------------------------------------------------------------------- backends
@@ -139,138 +151,102 @@ def choose_backend(choice: str, environ: Mapping[str, str]) -> bool:
     return found and (choice == "flux" or bool(environ.get("FLUX_URI")))
 
 
-# --------------------------------------------------------------------------- progress
+# --------------------------------------------------------------------------- outputs
 
 
-class LineProgress:
-    """Without a TTY: one line per job as it ends, nothing redrawn."""
-
-    def __init__(self, out: TextIO, prefix: str) -> None:
-        self.out, self.prefix = out, prefix
-
-    def update(
-        self, active: Sequence[tuple[int, PlannedJob, str, float | None]], now: float
-    ) -> None:
-        pass
-
-    def ended(self, ending: Ending, now: float) -> None:
-        took = (ending.ended or now) - ending.submitted
-        verdict = "as expected" if ending.as_expected else "NOT as expected"
-        note = f" ({ending.note})" if ending.note else ""
-        print(
-            f"{f58(ending.jobid, self.prefix):>12} {ending.job.kind:<13}"
-            f" {ending.result or 'not ended':<9} {verdict:<15} {format_duration(took):>7}{note}",
-            file=self.out,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        pass
+def check_output_path(option: str, path: str) -> None:
+    """DwsError (one line) unless ``path`` can be written as a file: a misspelt directory is
+    caught before a run of minutes, not after it."""
+    if not path or "\0" in path:
+        raise DwsError(f"{option}: {path!r} is not a usable file name")
+    if os.path.isdir(path):
+        raise DwsError(f"{option} {path}: is a directory, not a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
+        raise DwsError(f"{option} {path}: directory {parent} does not exist")
+    if not os.path.isdir(parent):
+        raise DwsError(f"{option} {path}: {parent} is not a directory")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise DwsError(f"{option} {path}: the file is not writable")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise DwsError(f"{option} {path}: directory {parent} is not writable")
 
 
-class LiveProgress:
-    """On a TTY: a progress bar, jobs per stage and the active jobs, redrawn in place."""
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every file the run will write is writable, and no two options name the same file."""
+    named: dict[str, str] = {}
+    for option, path in (("--plot", args.plot), ("--log", args.log), ("--json", args.json)):
+        if path is None or (option == "--json" and path == "-"):
+            continue
+        check_output_path(option, path)
+        real = os.path.realpath(path)
+        if real in named:
+            raise DwsError(f"{option} {path}: the same file as {named[real]}")
+        named[real] = f"{option} {path}"
+    if args.plot:
+        from flux_dws.cli.plot import check_plotting
 
-    def __init__(self, out: TextIO, prefix: str, total: int, start: float) -> None:
-        self.out, self.prefix, self.total, self.start = out, prefix, total, start
-        self.done = 0
-        self.good = 0
-        self.drawn = 0
-        self.out.write("\x1b[?25l")  # hide the cursor while redrawing
-
-    def ended(self, ending: Ending, now: float) -> None:
-        self.done += 1
-        self.good += ending.as_expected
-
-    def update(
-        self, active: Sequence[tuple[int, PlannedJob, str, float | None]], now: float
-    ) -> None:
-        size = shutil.get_terminal_size((100, 30))
-        lines = live_screen(
-            active,
-            done=self.done,
-            good=self.good,
-            total=self.total,
-            elapsed=now - self.start,
-            now=now,
-            width=size.columns,
-            height=size.lines,
-            prefix=self.prefix,
-        )
-        up = f"\x1b[{self.drawn}F" if self.drawn else ""
-        self.out.write(up + "\x1b[J" + "\n".join(lines) + "\n")
-        self.out.flush()
-        self.drawn = len(lines)
-
-    def close(self) -> None:
-        self.out.write("\x1b[?25h")
-        self.out.flush()
+        check_plotting(args.plot)
 
 
-def live_screen(
-    active: Sequence[tuple[int, PlannedJob, str, float | None]],
-    *,
-    done: int,
-    good: int,
-    total: int,
-    elapsed: float,
-    now: float,
-    width: int,
-    height: int,
-    prefix: str,
-) -> list[str]:
-    """The live view's lines, each cut to ``width``, at most ``height - 1`` of them."""
-    bar_width = max(10, min(40, width - 50))
-    filled = int(bar_width * done / total) if total else bar_width
-    bad = done - good
-    lines = [
-        f"[{'#' * filled}{'.' * (bar_width - filled)}] {done}/{total} ended,"
-        f" {good} as expected, {bad} not   {format_duration(elapsed)}"
-    ]
-    order = ["submitted", *(s.value for s in STATE_ORDER[:4]), "running"]
-    order += [s.value for s in STATE_ORDER[4:]]
-    counts = {name: 0 for name in order}
-    for _, _, where, _ in active:
-        counts[where] = counts.get(where, 0) + 1
-    lines.append("  ".join(f"{name} {n}" for name, n in counts.items()))
-    lines.append(f"{'JOBID':>12} {'KIND':<13} {'STAGE':<10} {'FOR':>7}")
-    room = max(0, height - 1 - len(lines))
-    shown = sorted(active, key=lambda a: a[1].index)
-    for jobid, job, where, since in shown[:room]:
-        stay = format_duration(now - since) if since is not None else "-"
-        lines.append(f"{f58(jobid, prefix):>12} {job.kind:<13} {where:<10} {stay:>7}")
-    if len(shown) > room and room:
-        lines[-1] = f"{'':>12} ... and {len(shown) - room + 1} more"
-    return [line[:width] for line in lines]
+def _write_json(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    except OSError as exc:
+        raise DwsError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _duration(text: str) -> float:
+    """--timeout: a Flux Standard Duration ("90s", "10m") or seconds, more than 0."""
+    try:
+        seconds = parse_fsd(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text!r}")
+    return seconds
 
 
 # --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class Driven:
+    """What driving the jobs gave: their endings, and what an expired --timeout cut short."""
+
+    endings: list[Ending]
+    timeout_expired: float | None = None
+    cancelled: int = 0
+    not_submitted: int = 0
 
 
 def run(
     args: argparse.Namespace,
     out: TextIO,
     *,
+    err: TextIO | None = None,
     backend_factory: Callable[..., Any] = StackBackend,
     environ: Mapping[str, str] = os.environ,
     clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
     drain_timeout: float = DRAIN_TIMEOUT,
 ) -> int:
     """Run the simulation; 0 only if every job ended as expected and no workflow was left."""
+    err = err if err is not None else sys.stderr
     if args.jobs < 1:
         raise DwsError(f"--jobs must be at least 1, not {args.jobs}")
     if not args.speed > 0:
         raise DwsError(f"--speed must be more than 0, not {args.speed}")
     weights = parse_mix(args.mix)
-    if args.plot:
-        from flux_dws.cli.plot import check_plotting
-
-        check_plotting()
+    check_outputs(args)
     real = choose_backend(args.backend, environ)
     planned = plan_jobs(args.jobs, weights, seed=args.seed, speed=args.speed)
     prefix = f58_prefix(out)
-    tty = out.isatty() and not args.json
-    info = out if not args.json else sys.stderr
+    time_scale = TIME_SCALE / args.speed
+    json_out = args.json == "-"
+    info = err if json_out else out  # the per-job lines; stdout keeps to the JSON
     with _quiet_logs(args.log):
         backend = backend_factory(speed=args.speed, seed=args.seed, real_flux=real)
         print(
@@ -279,54 +255,80 @@ def run(
             file=info,
             flush=True,
         )
+        if any(_has_container(job) for job in planned):
+            from flux_dws.testing.dwssim.containers import DEFAULT_POSTRUN_TIMEOUT as profile
+
+            print(
+                f"flux dws simulate: container profile timeouts are scaled by {time_scale:g}"
+                f" (a {profile}-second one fires after {format_duration(profile * time_scale)})",
+                file=info,
+                flush=True,
+            )
         backend.start()
         try:
             start = clock()
-            progress: Any = (
-                LiveProgress(out, prefix, args.jobs, start) if tty else LineProgress(info, prefix)
+            progress = Progress(
+                info, err, total=args.jobs, start=start, prefix=prefix, time_scale=time_scale
             )
             try:
-                endings = _drive(backend, planned, progress, args.timeout, clock, start)
+                driven = _drive(backend, planned, progress, args.timeout, clock, start, sleep)
             finally:
-                progress.close()
+                progress.close(clock())
             elapsed = clock() - start
-            left = _drain(backend, clock, drain_timeout)
+            left = _drain(backend, clock, drain_timeout, sleep)
             summary = summarize(
-                endings,
+                driven.endings,
                 [k for k, w in weights.items() if w > 0],
                 request_counts=backend.request_counts(),
                 workflows_left=left,
                 elapsed=elapsed,
+                time_scale=time_scale,
+                timeout_expired=driven.timeout_expired,
+                cancelled=driven.cancelled,
+                not_submitted=driven.not_submitted,
             )
         finally:
             backend.stop()
     if args.json:
         from flux_dws.cli.render import dumps
 
-        print(dumps({"summary": summary, "ok": summary.ok}), file=out)
-    else:
+        text = dumps({"summary": summary, "ok": summary.ok})
+        if json_out:
+            print(text, file=out)
+        else:
+            _write_json(args.json, text)
+    if not json_out:
         print("\n".join(render_summary(summary, prefix=prefix)), file=out)
     if args.plot:
         from flux_dws.cli.plot import plot_timeline
 
-        plot_timeline(endings, args.plot, start=start)
+        plot_timeline(driven.endings, args.plot, start=start)
         print(f"timeline written to {args.plot}", file=info)
+    if args.json and not json_out:
+        print(f"summary written to {args.json}", file=info)
     return 0 if summary.ok else 1
+
+
+def _has_container(job: PlannedJob) -> bool:
+    return any(d.startswith("#DW container") for d in job.directives)
 
 
 def _drive(
     backend: Any,
     planned: Sequence[PlannedJob],
-    progress: Any,
+    progress: Progress,
     timeout: float,
     clock: Callable[[], float],
     start: float,
-) -> list[Ending]:
-    """Submit each job at its arrival time and poll until every one has ended (or timeout)."""
+    sleep: Callable[[float], None] = time.sleep,
+) -> Driven:
+    """Submit each job at its arrival time and poll until every one has ended, or until the
+    --timeout: then cancel what is left, say so, and judge it DRAIN_TIMEOUT later."""
     queue = list(planned)
     jobs: dict[int, PlannedJob] = {}
     endings: dict[int, Ending] = {}
     cancelled_at: float | None = None
+    cancelled = not_submitted = 0
     while queue or len(endings) < len(jobs):
         now = clock()
         while queue and queue[0].arrival <= now - start:
@@ -343,8 +345,14 @@ def _drive(
                 progress.ended(endings[jobid], now)
             else:
                 active.append((jobid, job, where, since))
-        progress.update(active, now)
-        if now - start > timeout and cancelled_at is None:
+        progress.tick(active, now)
+        if now - start > timeout and cancelled_at is None and (active or queue):
+            not_submitted, cancelled = len(queue), len(active)
+            never = f" and {not_submitted} not yet submitted" if not_submitted else ""
+            progress.say(
+                f"the --timeout of {format_duration(timeout)} expired with {len(active)} of"
+                f" {len(planned)} jobs not ended{never}: cancelling them"
+            )
             queue.clear()
             for jobid, *_ in active:
                 backend.cancel(jobid)
@@ -352,19 +360,27 @@ def _drive(
         if cancelled_at is not None and now - cancelled_at > DRAIN_TIMEOUT:
             for jobid, job, *_ in active:
                 endings[jobid] = judge(job, jobid, backend.eventlog(jobid), now=now)
+                progress.ended(endings[jobid], now)
             break
-        time.sleep(1.0 / REFRESH_HZ)
-    return [endings[j] for j in sorted(endings, key=lambda j: jobs[j].index)]
+        sleep(1.0 / REFRESH_HZ)
+    return Driven(
+        endings=[endings[j] for j in sorted(endings, key=lambda j: jobs[j].index)],
+        timeout_expired=None if cancelled_at is None else timeout,
+        cancelled=cancelled,
+        not_submitted=not_submitted,
+    )
 
 
-def _drain(backend: Any, clock: Callable[[], float], timeout: float) -> int:
+def _drain(
+    backend: Any, clock: Callable[[], float], timeout: float, sleep: Callable[[float], None]
+) -> int:
     """Workflows left once every job ended, after giving deletions a moment to land."""
     deadline = clock() + timeout
     while True:
         left = backend.workflows_left()
         if left == 0 or clock() > deadline:
             return left
-        time.sleep(0.1)
+        sleep(0.1)
 
 
 @contextlib.contextmanager

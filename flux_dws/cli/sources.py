@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import pwd
 import threading
 from collections.abc import Mapping
@@ -39,6 +40,11 @@ class Source(Protocol):
 
     def held_jobs(self) -> list[dict[str, Any]]:
         """The dws plugin's records of the jobs it holds (doc/protocol.rst)."""
+
+    def saved(self, jobid: int, key: str) -> Any:
+        """A JSON value flux-dws saved in the job's KVS directory, or None if there is none;
+        SourceError when the caller may not read it (only the job's owner and the instance
+        owner may)."""
 
     def kube(self) -> KubeClient:
         """A KubeClient for this instance's workflows, connected on first use."""
@@ -160,6 +166,18 @@ class FluxSource(_KubeMixin):
     def held_jobs(self) -> list[dict[str, Any]]:
         return list(self._rpc("job-manager.dws.list", {}, "dws plugin").get("jobs") or [])
 
+    def saved(self, jobid: int, key: str) -> Any:
+        payload = {"id": jobid, "keys": [key], "flags": 0}
+        try:
+            response = self.handle.rpc("job-info.lookup", payload).wait_for(self.timeout).get()
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            if exc.errno == errno.EPERM:
+                raise SourceError(f"job {jobid}: not your job") from None
+            raise SourceError(f"job {jobid}: {key}: {exc.strerror or exc}") from None
+        return _json((response or {}).get(key), jobid, key)
+
 
 # --------------------------------------------------------------------------- Stack
 
@@ -179,6 +197,14 @@ class StackSource(_KubeMixin):
             return list(self.stack.flux.info(jobid).eventlog)
         except OSError:
             raise SourceError(f"job {jobid} not found") from None
+
+    def saved(self, jobid: int, key: str) -> Any:
+        try:
+            return _json(self.stack.saved(jobid, key, userid=os.getuid()), jobid, key)
+        except FileNotFoundError:
+            return None
+        except PermissionError:
+            raise SourceError(f"job {jobid}: not your job") from None
 
     def held_jobs(self) -> list[dict[str, Any]]:
         """Through the plugin's ``list`` method, on a connection of our own."""
@@ -207,3 +233,12 @@ class StackSource(_KubeMixin):
         if box["error"] is not None:
             raise SourceError(f"dws plugin: {box['error']}")
         return list((box["response"] or {}).get("jobs") or [])
+
+
+def _json(text: Any, jobid: int, key: str) -> Any:
+    if not isinstance(text, str):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise SourceError(f"job {jobid}: {key} is not readable JSON") from None

@@ -73,3 +73,7 @@ class JobManager:
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
         self._rpc("post", {"id": jobid, "name": name, "context": dict(context)}, on_done)
+
+    def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
+        """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""
+        self._rpc("save", {"id": jobid, "key": key, "value": dict(value)}, on_done)

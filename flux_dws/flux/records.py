@@ -58,6 +58,8 @@ def job_view(
         request=request,
         request_error=request_error,
         hosts=tuple(record.get("hosts") or ()),
+        rabbits=_rabbits(record.get("rabbits")),
+        resources=record.get("resources"),
         started=bool(record.get("started")),
         exception=_exception(record.get("exception")),
         workflow_created="dws-workflow" in dws,
@@ -68,6 +70,7 @@ def job_view(
         container_recorded=_container(dws.get("dws-container")),
         teardown_failed="dws-teardown-failed" in dws,
         tolerated=_nodes((dws.get("dws-tolerated") or {}).get("all")),
+        copies_recorded=_copies(dws.get("dws-datamovement")),
         proposal=proposal,
         failures=failures,
     )
@@ -109,6 +112,16 @@ def _transient(value: Any) -> tuple[State, float] | None:
     return (state, since) if state is not None and since is not None else None
 
 
+def _copies(value: Any) -> tuple[State, int] | None:
+    """(state, directive index) of the latest dws-datamovement event."""
+    if not isinstance(value, Mapping):
+        return None
+    state, index = _state(value.get("state")), value.get("index")
+    if state is None or not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return state, index
+
+
 def _container(value: Any) -> ContainerState | None:
     if not isinstance(value, Mapping):
         return None
@@ -116,3 +129,14 @@ def _container(value: Any) -> ContainerState | None:
         return ContainerState(value.get("state"))
     except ValueError:
         return None
+
+
+def _rabbits(value: Any) -> tuple[tuple[str, str], ...]:
+    """(host, rabbit) pairs from the record's rabbit -> [hosts] map; () when it has none."""
+    if not isinstance(value, Mapping):
+        return ()
+    pairs = []
+    for rabbit, hosts in sorted(value.items()):
+        if isinstance(rabbit, str) and isinstance(hosts, list):
+            pairs.extend((h, rabbit) for h in hosts if isinstance(h, str))
+    return tuple(pairs)

@@ -4,8 +4,9 @@ flux-core's resource module answers ``resource.status`` (R, the drained ranks wi
 reasons, the offline ranks) and ``resource.drain`` / ``resource.undrain`` (targets as a
 hostlist or idset; ``mode`` "update" leaves a node that already has a reason alone and skips
 nodes not drained on undrain).  The service runs as the instance owner, which these RPCs
-require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to mark a
-rabbit's ssd vertex up or down.
+require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to mark each of
+a rabbit's ssd vertices up or down; their paths come from the rabbit-aware JGF in R's
+``scheduling`` key (flux_dws.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``).
 
 ``parse_resource_status`` is pure; ``FluxNodes`` is the thin adapter over a Flux handle and
 fakeflux has its own (flux_dws.testing.fakeflux.nodes) with the same semantics.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -23,22 +25,23 @@ from flux_dws.frozen import FrozenMap
 
 log = logging.getLogger("flux-dws")
 
-#: Where a rabbit's ssd pool sits in Fluxion's resource graph (flux-coral2's JGF layout).
-FLUXION_SSD_PATH = "/cluster0/{rabbit}/ssd0"
 
 Done = Callable[[Optional[str]], None]  # None, or a one-line error
 
 
 @dataclass(frozen=True)
 class NodeStatus:
-    """Flux's view of its nodes: every host, the drained ones with reasons, the offline ones."""
+    """Flux's view of its nodes: every host, the drained ones with reasons, the offline ones,
+    and each rabbit's ssd vertex paths where R holds a rabbit-aware graph."""
 
     hosts: tuple[str, ...] = ()
     drained: Mapping[str, str] = field(default_factory=FrozenMap)
     offline: frozenset[str] = frozenset()
+    ssd_paths: Mapping[str, tuple[str, ...]] = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drained", FrozenMap(dict(self.drained)))
+        object.__setattr__(self, "ssd_paths", FrozenMap(dict(self.ssd_paths)))
 
 
 class NodeControl(Protocol):
@@ -86,7 +89,22 @@ def parse_resource_status(
             if rank in by_rank:
                 drained[by_rank[rank]] = str((info or {}).get("reason") or "")
     offline = {by_rank[r] for r in decode_idset(str(response.get("offline") or "")) if r in by_rank}
-    return NodeStatus(tuple(names), drained, frozenset(offline))
+    return NodeStatus(tuple(names), drained, frozenset(offline), ssd_paths(response.get("R")))
+
+
+def ssd_paths(R: Any) -> dict[str, tuple[str, ...]]:
+    """Rabbit -> the containment paths of its ssd vertices, from R's scheduling JGF."""
+    scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
+    graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
+    vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
+    found: dict[str, list[str]] = {}
+    for vertex in vertices if isinstance(vertices, list) else ():
+        meta = vertex.get("metadata") if isinstance(vertex, Mapping) else None
+        paths = meta.get("paths") if isinstance(meta, Mapping) else None
+        path = paths.get("containment") if isinstance(paths, Mapping) else None
+        if isinstance(path, str) and meta.get("type") == "ssd":
+            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append(path)
+    return {rabbit: tuple(sorted(p)) for rabbit, p in found.items()}
 
 
 class FluxNodes:
@@ -95,6 +113,8 @@ class FluxNodes:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
         self._fluxion: bool | None = None  # unknown until the first set_status answers
+        self._paths: Mapping[str, tuple[str, ...]] = {}  # rabbit -> ssd paths, from status()
+        self._unplaced: set[str] = set()
 
     def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
         self.handle.rpc(topic, dict(payload), nodeid=0).then(lambda f: then(f))
@@ -125,9 +145,12 @@ class FluxNodes:
                 on_done(None, f"resource.status: {error}")
                 return
             try:
-                on_done(parse_resource_status(response or {}, expand), None)
+                status = parse_resource_status(response or {}, expand)
             except (ValueError, TypeError, AttributeError) as exc:
                 on_done(None, f"resource.status: unreadable answer: {exc}")
+                return
+            self._paths = status.ssd_paths
+            on_done(status, None)
 
         self._rpc("resource.status", {}, answered)
 
@@ -141,22 +164,30 @@ class FluxNodes:
         self._rpc("resource.undrain", payload, lambda f: on_done(self._error(f)[1]))
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
-        if self._fluxion is False:
+        paths = self._paths.get(rabbit, ())
+        if self._fluxion is False or not paths:
+            if not paths and rabbit not in self._unplaced:
+                self._unplaced.add(rabbit)
+                log.info("rabbit %s has no ssd vertex in R's graph: not marked in Fluxion", rabbit)
             on_done(None)
             return
-        payload = {
-            "resource_path": FLUXION_SSD_PATH.format(rabbit=rabbit),
-            "status": "up" if up else "down",
-        }
+        left = {"count": len(paths), "error": None}
 
         def answered(future: Any) -> None:
             _, error, errnum = self._error(future)
             if errnum == errno.ENOSYS:
+                if self._fluxion is not False:
+                    log.info("sched-fluxion-resource is not loaded: rabbit pools are not marked")
                 self._fluxion = False
-                log.info("sched-fluxion-resource is not loaded: rabbit pools are not marked down")
-                on_done(None)
-                return
-            self._fluxion = True
-            on_done(None if error is None else f"sched-fluxion-resource.set_status: {error}")
+                error = None
+            elif error is None:
+                self._fluxion = True
+            left["error"] = left["error"] or error
+            left["count"] -= 1
+            if left["count"] == 0:
+                failed = left["error"]
+                on_done(None if failed is None else f"sched-fluxion-resource.set_status: {failed}")
 
-        self._rpc("sched-fluxion-resource.set_status", payload, answered)
+        for path in paths:
+            payload = {"resource_path": path, "status": "up" if up else "down"}
+            self._rpc("sched-fluxion-resource.set_status", payload, answered)

@@ -41,6 +41,7 @@ from flux_dws.k8s.resources import (
     DWS_GROUP,
     NNF_GROUP,
     SERVERS,
+    STORAGE_NAMESPACE,
     STORAGES,
     SYSTEM_CONFIGURATION,
     SYSTEM_CONFIGURATIONS,
@@ -392,18 +393,19 @@ class KubeClient:
     # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.health) --------------
 
     def list_storages(self) -> list[dict]:
-        """Every rabbit's Storage resource (namespace ``default``)."""
-        result = self._call(
+        """Every rabbit's Storage resource (capacity, health, links to its computes)."""
+        found = self._call(
             "list",
             "storages",
-            "default",
+            STORAGE_NAMESPACE,
             self._custom.list_namespaced_custom_object,
             DWS_GROUP,
             self.versions.workflow,
-            "default",
+            STORAGE_NAMESPACE,
             STORAGES,
         )
-        return list(result.get("items") or [])
+        items = found.get("items") if isinstance(found, Mapping) else None
+        return [i for i in items or [] if isinstance(i, dict)]
 
     def read_system_status(self) -> dict | None:
         namespace, name = SYSTEM_STATUS

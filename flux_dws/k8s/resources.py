@@ -28,11 +28,13 @@ SERVERS = "servers"
 BREAKDOWNS = "directivebreakdowns"
 SYSTEM_CONFIGURATIONS = "systemconfigurations"
 CONTAINER_PROFILES = "nnfcontainerprofiles"
+STORAGES = "storages"
+#: DWS keeps one Storage resource per rabbit here.
+STORAGE_NAMESPACE = "default"
 
 #: DWS keeps the one SystemConfiguration here.
 SYSTEM_CONFIGURATION = ("default", "default")
 SYSTEM_STATUS = ("default", "default")
-STORAGES = "storages"
 SYSTEM_STATUSES = "systemstatuses"
 CLIENTMOUNTS = "clientmounts"
 

@@ -11,6 +11,7 @@ installed; nothing here imports ``flux`` at module load.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -57,6 +58,30 @@ def flux_pythonpath(flux: str) -> str:
         check=True,
     )
     return out.stdout.strip()
+
+
+def fluxion_installed(flux: str | None = None) -> bool:
+    """Is Fluxion (flux-sched) installed beside flux-core?  It then schedules every instance."""
+    found = flux or flux_command()
+    if found is None:
+        return False
+    prefix = os.path.dirname(os.path.dirname(found))
+    return os.path.exists(
+        os.path.join(prefix, "lib", "flux", "modules", "sched-fluxion-qmanager.so")
+    )
+
+
+def plain_R(hosts: Sequence[str], cores: str = "0") -> dict[str, Any]:
+    """An RFC 20 R with one rank per host (the fake hosts of a test instance)."""
+    return {
+        "version": 1,
+        "execution": {
+            "R_lite": [{"rank": f"0-{len(hosts) - 1}", "children": {"core": cores}}],
+            "starttime": 0.0,
+            "expiration": 0.0,
+            "nodelist": [",".join(hosts)],
+        },
+    }
 
 
 def build_plugins(flux: str) -> dict[str, str]:
@@ -111,6 +136,7 @@ class RealFlux:
         dws_table: Mapping[str, Any],
         *,
         flux: str | None = None,
+        R: Mapping[str, Any] | None = None,
     ) -> None:
         found = flux or flux_command()
         if found is None:
@@ -118,6 +144,7 @@ class RealFlux:
         self.flux = found
         self.hosts = list(hosts)
         self.dws_table = dict(dws_table)
+        self.R = R  # the instance's resources (with a JGF for Fluxion), or hosts from config
         self._tmp = tempfile.TemporaryDirectory(prefix="flux-dws-real-")
         self.workdir = Path(self._tmp.name)
         bindings = flux_pythonpath(self.flux)
@@ -149,10 +176,17 @@ class RealFlux:
         )
         # R names the fake hosts (and --test-hosts names the brokers to match), so the
         # compute nodes the plugin reports are the ones dwssim's SystemConfiguration knows.
-        (confdir / "resource.toml").write_text(
-            "[resource]\nnoverify = true\n[[resource.config]]\n"
-            f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
-        )
+        if self.R is not None:  # Fluxion reads the rabbits from R's scheduling key
+            (self.workdir / "R.json").write_text(json.dumps(self.R))
+            (confdir / "resource.toml").write_text(
+                f'[resource]\nnoverify = true\npath = "{self.workdir / "R.json"}"\n'
+                '[sched-fluxion-resource]\nmatch-format = "rv1"\n'
+            )
+        else:
+            (confdir / "resource.toml").write_text(
+                "[resource]\nnoverify = true\n[[resource.config]]\n"
+                f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
+            )
         shell_path = f"{os.path.dirname(plugins['dws-env.so'])}"
         uri_file = self.workdir / "uri"
         hostlist = ",".join(self.hosts)
@@ -322,6 +356,32 @@ class RealFlux:
         payload = {"id": jobid, "keys": ["eventlog"], "flags": 0}
         text = self._handle.rpc("job-info.lookup", payload).get()["eventlog"]
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def kvs_lookup(self, jobid: int, key: str, *, userid: int | None = None) -> str:
+        """``flux job info ID KEY`` (job-info.lookup), as ``userid`` when given: the instance
+        owner's connection then carries that user's credentials with the plain user role
+        (FLUX_HANDLE_USERID / FLUX_HANDLE_ROLEMASK, flux-core's own way of testing guest
+        access).  PermissionError or FileNotFoundError as FakeFlux raises them."""
+        env = self._env()
+        if userid is not None and userid != os.getuid():
+            env["FLUX_HANDLE_USERID"] = str(userid)
+            env["FLUX_HANDLE_ROLEMASK"] = "0x2"  # FLUX_ROLE_USER
+        done = subprocess.run(
+            [self.flux, "job", "info", str(jobid), key],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if done.returncode == 0:
+            return done.stdout.rstrip("\n")
+        error = done.stderr.strip()
+        if "restricted" in error or "Operation not permitted" in error:
+            raise PermissionError(errno.EPERM, error)
+        if "not found" in error or "No such file" in error:
+            raise FileNotFoundError(errno.ENOENT, error)
+        raise OSError(errno.EIO, error or f"flux job info exited {done.returncode}")
 
     def info(self, jobid: int) -> JobInfo:
         from flux.job import job_list_id

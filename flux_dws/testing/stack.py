@@ -55,7 +55,8 @@ class Stack:
         api_process: bool = False,
         service_process: bool = False,
         backend: str = "fake",
-        per_rabbit: int = 16,
+        rabbits: Mapping[str, Sequence[str]] | None = None,
+        capacity: int | None = None,
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -65,8 +66,11 @@ class Stack:
         self.backend = backend
         self.identity = identity
         self.hosts = compute_names(hosts)
-        self.per_rabbit = per_rabbit
-        self.rabbits: dict[str, list[str]] = {}  # rabbit -> computes, once seeded
+        # Which compute nodes each rabbit serves (None: 16 to a rabbit, seed's default), and
+        # each rabbit's Storage capacity in bytes.  With real Flux and Fluxion installed, the
+        # instance's R holds these rabbits (flux_dws.rabbits.resource_graph).
+        self.rabbits = None if rabbits is None else {r: list(c) for r, c in rabbits.items()}
+        self.capacity = capacity
         self.api_process = api_process
         self.service_process = service_process and backend == "fake"
         self._process: subprocess.Popen[str] | None = None
@@ -94,7 +98,8 @@ class Stack:
         else:
             self.api = KubeApi(seed=self.seed).start()
             self.api.write_kubeconfig(self.kubeconfig)
-            self.rabbits = seed(self.api.store, computes=self.hosts, per_rabbit=self.per_rabbit)
+            extra = {} if self.capacity is None else {"capacity": self.capacity}
+            self.rabbits = seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
             self.sim = DwsSim(
                 self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
             ).start()
@@ -102,7 +107,7 @@ class Stack:
             from flux_dws.testing.realflux import RealFlux
 
             table = {**self.table, "kubeconfig": self.kubeconfig}
-            self.flux = RealFlux(self.hosts, table).start()
+            self.flux = RealFlux(self.hosts, table, R=self._rabbit_R()).start()
         else:
             self.flux = FakeFlux(
                 self.hosts, owner_uid=self.owner_uid, validator=self.validate
@@ -114,6 +119,18 @@ class Stack:
                 self._server = FakeFluxServer(self.flux, path).start()
         self.start_service()
         return self
+
+    def _rabbit_R(self) -> dict[str, Any] | None:
+        """The instance's R with the rabbits, for Fluxion; None without rabbits or Fluxion."""
+        from flux_dws.testing.realflux import fluxion_installed, plain_R
+
+        if self.rabbits is None or self.api is None or not fluxion_installed():
+            return None
+        from flux_dws.rabbits import rabbit_inventory, resource_graph
+
+        config = self.api.store.get("systemconfigurations", "default", "default")
+        storages, _ = self.api.store.list("storages", "default")
+        return resource_graph(plain_R(self.hosts), rabbit_inventory(config, storages))
 
     def _start_api_process(self) -> None:
         """kubeapi + dwssim in a process of their own, as a real API server would be."""
@@ -286,6 +303,12 @@ class Stack:
     def wait(self, jobid: int, state: str = "INACTIVE", timeout: float = 60.0) -> JobInfo:
         assert self.flux is not None
         return self.flux.wait(jobid, state, timeout=timeout)
+
+    def saved(self, jobid: int, key: str, *, userid: int | None = None) -> str:
+        """A key of the job's KVS directory read as ``userid`` would (job-info.lookup):
+        PermissionError for anyone but the job's owner and the instance owner."""
+        assert self.flux is not None
+        return self.flux.kvs_lookup(jobid, key, userid=userid)
 
     def cancel(self, jobid: int) -> None:
         assert self.flux is not None

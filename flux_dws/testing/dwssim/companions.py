@@ -257,6 +257,8 @@ def system_configuration(rabbits: Mapping[str, Sequence[str]]) -> dict[str, Any]
     }
 
 
+#: DWS keeps the Storage resources (one per rabbit) here.
+STORAGE_NAMESPACE = "default"
 #: A rabbit's usable capacity when the seed names none: 32 TiB, the order of a real rabbit.
 RABBIT_CAPACITY = 32 * 2**40
 
@@ -270,7 +272,7 @@ def storage_resource(
         **api_object("storages"),
         "metadata": {
             "name": rabbit,
-            "namespace": "default",
+            "namespace": STORAGE_NAMESPACE,
             "labels": {"dataworkflowservices.github.io/storage": "Rabbit"},
         },
         "spec": {"state": "Enabled", "mode": "Live"},

@@ -33,7 +33,10 @@ from flux_dws.errors import DirectiveError
 from flux_dws.states import State, Status
 from flux_dws.storage import rabbit_map
 from flux_dws.testing.dwssim import companions as cmp
+from flux_dws.testing.dwssim import datamovement as dm
 from flux_dws.testing.dwssim import faults as flt
+from flux_dws.testing.dwssim import pods as pd
+from flux_dws.testing.dwssim.capacity import CapacityLedger, requested
 from flux_dws.testing.dwssim.containers import (
     PROFILE_NAMESPACE,
     PROFILE_PLURAL,
@@ -60,6 +63,7 @@ from flux_dws.testing.dwssim.outcomes import (
 )
 from flux_dws.testing.dwssim.status import enter_state, force_ready, roll_up
 from flux_dws.testing.kubeapi.errors import ApiError
+from flux_dws.testing.kubeapi.podlog import logs_of
 from flux_dws.testing.ruleset import BREAKDOWN_COMMANDS, NNF_DRIVER, TEST_DRIVER
 
 LOG = logging.getLogger("flux_dws.testing.dwssim")
@@ -143,6 +147,7 @@ class DwsSim:
         self._rng = random.Random(seed)
         self._free_ports = sorted(set(ports))
         self._ports: dict[str, tuple[int, ...]] = {}
+        self.capacity = CapacityLedger()
         self._entered: dict[str, dict[State, float]] = {}  # uid -> state -> clock on entry
         self._parsed: dict[str, dict[int, Directive | DirectiveError]] = {}
         self._timers: list[_Due] = []
@@ -405,6 +410,10 @@ class DwsSim:
 
         LOG.info("dwssim: workflow %s: deleted; companions removed", _who(workflow))
         self._write_workflow(workflow, decide)
+        # Teardown removed these already; a workflow deleted before it leaves them: after
+        # the finalizer, so that a deletion is not held up by them.
+        for plural in ("pods", dm.PLURAL, "clientmounts"):
+            self._delete_labelled(workflow, plural)
         self._forget(workflow)
 
     def _delete_companions(self, workflow: Mapping[str, Any]) -> None:
@@ -415,13 +424,7 @@ class DwsSim:
             name = cmp.indexed_name(workflow, index)
             for plural in ("directivebreakdowns", "servers", PROFILE_PLURAL):
                 targets.append((plural, name))
-        selector = f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']}"
-        for mount in self._store.list("clientmounts", None, selector, shared=True)[0]:
-            targets.append(
-                ("clientmounts", mount["metadata"]["name"], mount["metadata"]["namespace"])
-            )
-        for plural, name, *where in targets:
-            namespace = where[0] if where else meta["namespace"]
+        for plural, name in targets:
             try:
                 self._store.delete(plural, namespace, name, shared=True)
                 self._count(plural)
@@ -439,6 +442,7 @@ class DwsSim:
     def _forget(self, workflow: Mapping[str, Any]) -> None:
         uid = (workflow.get("metadata") or {}).get("uid", "")
         self._release_ports(uid)
+        self.capacity.release(uid)
         self._parsed.pop(uid, None)
         self._entered.pop(uid, None)
 
@@ -504,8 +508,10 @@ class DwsSim:
         handler = {
             State.PROPOSAL: self._proposal,
             State.SETUP: self._setup,
+            State.DATAIN: self._data_movement,
             State.PRERUN: self._prerun,
             State.POSTRUN: self._postrun,
+            State.DATAOUT: self._data_movement,
             State.TEARDOWN: self._teardown,
         }.get(state)
         return handler(wf, directive) if handler else Complete()
@@ -632,6 +638,16 @@ class DwsSim:
                 WLM,
                 "Fatal",
             ).fail()
+        short = self.capacity.take(
+            (meta.get("uid", ""), d.index), requested(servers), self._rabbit_capacity()
+        )
+        if short is not None:
+            return ResourceError(
+                f"{short}: insufficient capacity available",
+                f"allocating {shown} on {short}: insufficient capacity available",
+                WLM,
+                "Fatal",
+            ).fail()
         status = cmp.servers_status(servers, _now())
         failed = [r for r in flt.rabbits_of(servers) if r in self.faults.snapshot()[0]]
         if failed:
@@ -639,6 +655,15 @@ class DwsSim:
             return flt.setup_failure(failed)
         self._set_status("servers", servers, status)
         return Complete()
+
+    def _rabbit_capacity(self) -> dict[str, int | None]:
+        """Rabbit -> status.capacity of its Storage resource (None where it reports none)."""
+        items, _ = self._store.list("storages", cmp.STORAGE_NAMESPACE, shared=True)
+        found: dict[str, int | None] = {}
+        for item in items:
+            capacity = (item.get("status") or {}).get("capacity")
+            found[item["metadata"]["name"]] = capacity if isinstance(capacity, int) else None
+        return found
 
     def _prerun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         meta = wf["metadata"]
@@ -654,13 +679,10 @@ class DwsSim:
         settings = self._profile(wf, d)
         if isinstance(settings, Fail):
             return settings
-        computes = self._get("computes", meta["namespace"], meta["name"]) or {}
-        hosts = [c.get("name", "") for c in computes.get("data") or []]
-        namespace, name = cmp.SYSTEM_CONFIGURATION
-        config = self._get("systemconfigurations", namespace, name)
-        nodes = container_nodes(hosts, None if config is None else rabbit_map(config))
+        nodes = self._rabbits(wf)
         if isinstance(nodes, Fail):
             return nodes
+        self._put_pods(wf, d.index, settings, nodes, pd.STARTED)
         return prerun_verdict(
             settings,
             self._elapsed(wf, State.PRERUN),
@@ -670,6 +692,43 @@ class DwsSim:
             nodes,
         )
 
+    def _rabbits(self, wf: Mapping[str, Any]) -> tuple[str, ...] | Fail:
+        """The rabbits serving the job's compute nodes (its Computes)."""
+        meta = wf["metadata"]
+        computes = self._get("computes", meta["namespace"], meta["name"]) or {}
+        hosts = [c.get("name", "") for c in computes.get("data") or []]
+        namespace, name = cmp.SYSTEM_CONFIGURATION
+        config = self._get("systemconfigurations", namespace, name)
+        return container_nodes(hosts, None if config is None else rabbit_map(config))
+
+    def _put_pods(
+        self, wf: Mapping[str, Any], index: int, settings: ProfileSettings, nodes: Any, stage: str
+    ) -> None:
+        """The container pods at ``stage``, and their logs (as the kubelet keeps them)."""
+        logs = logs_of(self._store)
+        built = pd.pods(wf, index, settings, nodes, stage)
+        for pod, texts in built:
+            meta = pod["metadata"]
+            self._ensure("pods", pod)
+            for container, text in texts.items():
+                logs.write(meta["namespace"], meta["name"], container, text)
+        if stage == pd.ENDED:  # pods not part of the end (MPI workers) are gone
+            keep = {pod["metadata"]["name"] for pod, _ in built}
+            self._delete_labelled(wf, "pods", keep=keep)
+
+    def _data_movement(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        """copy_in in DataIn, copy_out in DataOut: NnfDataMovements, finished at once."""
+        if d.command not in ("copy_in", "copy_out"):
+            return Complete()
+        nodes = self._rabbits(wf)
+        rabbits = () if isinstance(nodes, Fail) else nodes
+        parsed = [x for x in self._directives(wf).values() if isinstance(x, Directive)]
+        state = wf["status"].get("state", "")
+        objects = dm.data_movements(wf, d, parsed, rabbits, state, _now())
+        for obj in objects:
+            self._ensure(dm.PLURAL, obj)
+        return dm.verdict(objects, state)
+
     def _postrun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         if d.command != "container":
             return Complete()
@@ -678,11 +737,20 @@ class DwsSim:
             return settings
         meta = wf["metadata"]
         elapsed = self._elapsed(wf, State.POSTRUN)
-        return postrun_verdict(settings, elapsed, self._time_scale, meta["name"], meta["namespace"])
+        verdict = postrun_verdict(
+            settings, elapsed, self._time_scale, meta["name"], meta["namespace"]
+        )
+        nodes = self._rabbits(wf)
+        if not isinstance(verdict, Wait) and not isinstance(nodes, Fail):
+            self._put_pods(wf, d.index, settings, nodes, pd.ENDED)
+        return verdict
 
     def _teardown(self, wf: dict[str, Any], d: Directive) -> Outcome:
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
+        self.capacity.release(wf["metadata"].get("uid", ""))
+        if d.command in ("container", "copy_in", "copy_out"):
+            self._delete_labelled(wf, "pods" if d.command == "container" else dm.PLURAL)
         return Complete()
 
     def _mount(self, wf: dict[str, Any], d: Directive, env: Mapping[str, str]) -> list[str]:
@@ -696,6 +764,30 @@ class DwsSim:
         for host in hosts:
             self._ensure("clientmounts", flt.clientmount(wf, d.index, host, path, host in broken))
         return [h for h in hosts if h in broken]
+
+    def _delete_labelled(
+        self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
+    ) -> None:
+        """Delete ``plural`` objects carrying the workflow's labels (in any namespace), but
+        those named in ``keep``."""
+        meta = wf["metadata"]
+        selector = (
+            f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
+            f"{cmp.WORKFLOW_NAMESPACE_LABEL}={meta['namespace']}"
+        )
+        items, _ = self._store.list(plural, None, selector, shared=True)
+        for item in items:
+            where = item["metadata"]
+            if where["name"] in keep:
+                continue
+            try:
+                self._store.delete(plural, where["namespace"], where["name"], shared=True)
+                self._count(plural)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+            if plural == "pods":
+                logs_of(self._store).forget(where["namespace"], where["name"])
 
     def _elapsed(self, wf: Mapping[str, Any], state: State) -> float:
         started = self._entered.get(wf["metadata"].get("uid", ""), {}).get(state)

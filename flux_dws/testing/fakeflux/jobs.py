@@ -83,6 +83,7 @@ class Job:
     exception: dict[str, Any] | None = None  # context of the first fatal exception
     result: str | None = None
     timers: list[Any] = field(default_factory=list)  # the runtime timer, cancelled on exit
+    kvs: dict[str, str] = field(default_factory=dict)  # the job's KVS directory: key -> value
 
     @property
     def system(self) -> dict[str, Any]:
@@ -118,6 +119,12 @@ def apply_jobspec_update(jobspec: dict[str, Any], update: dict[str, Any]) -> Non
                 child = node[part] = {}
             node = child
         node[last] = copy.deepcopy(value)
+
+
+def node_resources(nnodes: int) -> list[dict[str, Any]]:
+    """The resources `flux run -N nnodes -n nnodes` asks for (RFC 14)."""
+    task = {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 1}]}
+    return [{"type": "node", "count": nnodes, "with": [task]}]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from flux_dws.testing.fakeflux.jobs import (
     JobInfo,
     apply_jobspec_update,
     job_result,
+    node_resources,
     state_rank,
     wait_status,
 )
@@ -178,6 +179,22 @@ class FakeFlux:
         """A copy of the job now; OSError(ENOENT) for an unknown ID."""
         return self.loop.run_sync(self._info, jobid)
 
+    def kvs_lookup(self, jobid: int, key: str, *, userid: int | None = None) -> str:
+        """``job-info.lookup`` of one key in the job's KVS directory, as ``userid`` (the
+        instance owner by default): only the job's owner and the instance owner may read it
+        (PermissionError otherwise); FileNotFoundError for a key that is not there."""
+        userid = self.owner_uid if userid is None else userid
+
+        def look() -> str:
+            job = self._job(jobid)
+            if userid not in (job.userid, self.owner_uid):
+                raise PermissionError(errno.EPERM, "access is restricted to job/instance owner")
+            if key not in job.kvs:
+                raise FileNotFoundError(errno.ENOENT, f"{key}: key not found")
+            return job.kvs[key]
+
+        return self.loop.run_sync(look)
+
     def jobs(self) -> list[JobInfo]:
         """Every job ever submitted, in submit order."""
         return self.loop.run_sync(lambda: [JobInfo.of(j) for _, j in sorted(self._jobs.items())])
@@ -263,6 +280,9 @@ class FakeFlux:
     def post_event(self, job: Job, name: str, context: dict[str, Any]) -> None:
         self._post(job, name, context)
 
+    def kvs_put(self, job: Job, key: str, text: str) -> None:
+        job.kvs[key] = text
+
     def dependency_add(self, job: Job, description: str) -> None:
         if description not in job.dependencies:
             self._post(job, "dependency-add", {"description": description})
@@ -298,7 +318,11 @@ class FakeFlux:
             id=self._ids.next(now),
             userid=userid,
             t_submit=now,
-            jobspec={"version": 1, "attributes": {"system": system}},
+            jobspec={
+                "version": 1,
+                "resources": node_resources(nnodes),
+                "attributes": {"system": system},
+            },
             submitted=copy.deepcopy(system),
             nnodes=nnodes,
             runtime=runtime,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 import errno
+import json
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -28,6 +30,10 @@ log = logging.getLogger(__name__)
 NAME = "dws"
 EVENT_PREFIX = "dws-"
 WAITING_REASON = "flux-dws service is not running"
+#: What ``save`` may write: keys under the job directory's ``dws`` subtree, bounded values.
+SAVE_KEY = re.compile(r"^dws(\.[A-Za-z0-9_-]+)+$")
+SAVE_KEY_MAX = 128
+SAVE_VALUE_MAX = 64 * 1024 * 1024
 
 
 class JobManager(Protocol):
@@ -40,6 +46,7 @@ class JobManager(Protocol):
     def lookup(self, jobid: int) -> Job | None: ...
     def active_jobs(self) -> list[Job]: ...
     def post_event(self, job: Job, name: str, context: dict[str, Any]) -> None: ...
+    def kvs_put(self, job: Job, key: str, text: str) -> None: ...
     def dependency_add(self, job: Job, description: str) -> None: ...
     def dependency_remove(self, job: Job, description: str) -> None: ...
     def prolog_start(self, job: Job, description: str) -> None: ...
@@ -115,6 +122,8 @@ def job_record(job: Job) -> dict[str, Any]:
                 if k in job.submitted
             },
             "hosts": job.hosts,
+            "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)
+            "resources": job.jobspec.get("resources", []),
             "started": job.started,
             "exception": None if exc is None else {k: exc[k] for k in ("type", "severity", "note")},
             "dws": dws,
@@ -141,6 +150,7 @@ class DwsPlugin:
             "raise": self._raise,
             "post": self._post,
             "heartbeat": self._heartbeat,
+            "save": self._save,
         }
 
     # ------------------------------------------------------------------ job callbacks
@@ -326,10 +336,12 @@ class DwsPlugin:
         job = self._dw_job(req)
         update = req.payload.get("update", {})
         if not isinstance(update, dict) or not all(
-            isinstance(k, str) and k.startswith("attributes.") for k in update
+            isinstance(k, str) and (k.startswith("attributes.") or k == "resources") for k in update
         ):
             raise RpcError(
-                errno.EPROTO, "job-manager.dws.release: update must map attributes.* keys to values"
+                errno.EPROTO,
+                "job-manager.dws.release: update must map attributes.* keys (or resources) to"
+                " values",
             )
         if job.state != "DEPEND" or NAME not in job.dependencies:
             raise RpcError(errno.EINVAL, f"job {job.id} is not waiting for its workflow")
@@ -392,6 +404,22 @@ class DwsPlugin:
         if job.state == "INACTIVE":
             raise RpcError(errno.ENOENT, f"job {job.id} is not held by the dws plugin")
         self.jm.post_event(job, name, context)
+        return {}
+
+    def _save(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        key = req.payload.get("key")
+        value = req.payload.get("value")
+        if not isinstance(key, str) or len(key) > SAVE_KEY_MAX or not SAVE_KEY.fullmatch(key):
+            raise RpcError(errno.EINVAL, f"key {key!r} must be dws.<name>[.<name>...]")
+        if not isinstance(value, dict):
+            raise RpcError(errno.EPROTO, "job-manager.dws.save: value must be an object")
+        if job.state == "INACTIVE":
+            raise RpcError(errno.ENOENT, f"job {job.id} is not held by the dws plugin")
+        text = json.dumps(value, separators=(",", ":"))
+        if len(text) > SAVE_VALUE_MAX:
+            raise RpcError(errno.E2BIG, f"job {job.id}: {key} is larger than 64MiB")
+        self.jm.kvs_put(job, key, text)
         return {}
 
     def _dw_job(self, req: Request) -> Job:

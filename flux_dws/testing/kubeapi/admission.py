@@ -178,14 +178,8 @@ def validate_create(obj: dict) -> str | None:
 
 
 def directive_error(directives: list[str]) -> str | None:
-    """Why the first unmatched #DW directive matches no DWDirectiveRule, or None."""
-    for directive in directives:
-        words = directive.split()
-        if not words or words[0] != "#DW":
-            return f"missing '#DW' prefix in directive '{directive}'"
-        if not ruleset.watched_states(directive):
-            return f"invalid directive '{directive}'"
-    return None
+    """Why DWS's DWDirectiveRules refuse the directive list, or None (dwdparse's words)."""
+    return ruleset.admission_error(directives)
 
 
 def validate_update(old: dict, new: dict) -> str | None:

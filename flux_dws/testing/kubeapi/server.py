@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors
+from . import discovery, errors, podlog
 from .errors import ApiError
 from .faults import Faults
 from .resources import Resource, lookup
@@ -192,6 +192,11 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         try:
             body = self._read_body()
+            pod_log = podlog.match(url.path) if method == "GET" else None
+            if pod_log is not None:  # the one subresource served (text/plain)
+                api._count("get", "pods/log")
+                self._send_text(200, podlog.serve(api.store, *pod_log, query))
+                return
             target = parse_path(url.path)
             if isinstance(target, ResourcePath) and not api.serves(target.resource.group):
                 raise _not_found()
@@ -419,6 +424,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_text(self, code: int, data: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 

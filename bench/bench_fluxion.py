@@ -1,0 +1,200 @@
+"""Rabbit scheduling costs: the jobspec rewrite, the graph, and Fluxion's match time.
+
+    python bench/bench_fluxion.py [--nodes 1000] [--rabbits 250] [--matches 50]
+
+Prints figures; never passes or fails on time.  The rewrite (flux_dws.jobspec.release_update)
+and the graph (flux_dws.rabbits.resource_graph) are timed in this process.  Fluxion's match
+time is measured in a one-broker Flux instance whose R holds ``--nodes`` nodes, once without
+rabbits (a plain ``node`` jobspec) and once with ``--rabbits`` rabbits (the rewritten jobspec,
+SSD under each node's rabbit): each match is an allocate RPC to sched-fluxion-resource,
+followed by a cancel, so every match sees the same empty graph.  Skipped, with one line, where
+flux-core or Fluxion is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from flux_dws.jobspec import release_update  # noqa: E402
+from flux_dws.rabbits import GIB, Rabbit, resource_graph  # noqa: E402
+from flux_dws.storage import ACROSS_SERVERS, PER_COMPUTE, AllocationNeed  # noqa: E402
+from flux_dws.testing.realflux import flux_command, fluxion_installed, plain_R  # noqa: E402
+
+JOB_NODES = 4
+SSD_PER_NODE = 60  # GiB
+#: Run inside the instance by flux-core's own Python: one allocate + cancel per match.
+MATCHER = r"""
+import json, sys, time, flux
+h = flux.Flux()
+for name in ("sched-fluxion-qmanager", "sched-fluxion-feasibility", "sched-fluxion-resource"):
+    h.rpc("module.remove", {"name": name}).get()
+h.rpc("module.remove", {"name": "resource"}).get()
+h.rpc("module.load", {"path": "resource", "args": ["monitor-force-up", "noverify"]}).get()
+h.rpc("module.load", {"path": "sched-fluxion-resource", "args": ["match-format=rv1"]}).get()
+jobspec, count = json.load(open(sys.argv[1])), int(sys.argv[2])
+times = []
+for jobid in range(1, count + 1):
+    start = time.perf_counter()
+    r = h.rpc("sched-fluxion-resource.match",
+              {"cmd": "allocate", "jobid": jobid, "jobspec": json.dumps(jobspec)}).get()
+    times.append(time.perf_counter() - start)
+    h.rpc("sched-fluxion-resource.cancel", {"jobid": jobid}).get()
+print(json.dumps(times))
+"""
+
+
+def hosts(count: int) -> list[str]:
+    return [f"node{i:04d}" for i in range(1, count + 1)]
+
+
+def rabbits_for(names: list[str], count: int) -> dict[str, Rabbit]:
+    per = max(1, len(names) // count)
+    return {
+        f"rabbit-{r:03d}": Rabbit(
+            f"rabbit-{r:03d}", tuple(names[r * per : (r + 1) * per]), 32 * 2**40, "Ready", True
+        )
+        for r in range(count)
+    }
+
+
+def node_jobspec(nnodes: int) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "resources": [
+            {
+                "type": "node",
+                "count": nnodes,
+                "with": [
+                    {
+                        "type": "slot",
+                        "count": 1,
+                        "label": "task",
+                        "with": [{"type": "core", "count": 1}],
+                    }
+                ],
+            }
+        ],
+        "tasks": [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
+        "attributes": {"system": {"duration": 0}},
+    }
+
+
+def needs() -> list[AllocationNeed]:
+    return [
+        AllocationNeed("bd-0", ("default", "s0"), "xfs", PER_COMPUTE, SSD_PER_NODE * GIB),
+        AllocationNeed("bd-1", ("default", "s1"), "ost", ACROSS_SERVERS, 100 * GIB),
+    ]
+
+
+def time_rewrite(count: int) -> float:
+    """ms per job for the jobspec update at dependency release (rabbit scheduling on)."""
+    resources, wanted = node_jobspec(JOB_NODES)["resources"], needs()
+    start = time.perf_counter()
+    for _ in range(count):
+        release_update(resources, wanted, {}, True)
+    return (time.perf_counter() - start) * 1000 / count
+
+
+def match_times(R: dict[str, Any], jobspec: dict[str, Any], count: int) -> list[float]:
+    flux = flux_command()
+    assert flux is not None
+    with tempfile.TemporaryDirectory(prefix="flux-dws-bench-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "R.json").write_text(json.dumps(R))
+        (workdir / "jobspec.json").write_text(json.dumps(jobspec))
+        (workdir / "matcher.py").write_text(MATCHER)
+        conf = workdir / "conf"
+        conf.mkdir()
+        (conf / "r.toml").write_text(
+            f'[resource]\nnoverify = true\npath = "{workdir / "R.json"}"\n'
+        )
+        out = subprocess.run(
+            [
+                flux,
+                "start",
+                "-s1",
+                f"--config-path={conf}",
+                "flux",
+                "python",
+                str(workdir / "matcher.py"),
+                str(workdir / "jobspec.json"),
+                str(count),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            start_new_session=True,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"matching failed: {out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(nodes: int = 1000, rabbits: int = 250, matches: int = 50) -> dict[str, Any]:
+    names = hosts(nodes)
+    plain = plain_R(names)
+    inventory = rabbits_for(names, rabbits)
+    start = time.perf_counter()
+    graph = resource_graph(plain, inventory)
+    graph_ms = (time.perf_counter() - start) * 1000
+    result: dict[str, Any] = {
+        "nodes": nodes,
+        "rabbits": rabbits,
+        "rewrite_ms_per_job": time_rewrite(2000),
+        "graph_ms": graph_ms,
+        "graph_vertices": len(graph["scheduling"]["graph"]["nodes"]),
+        "match_plain_ms": None,
+        "match_rabbits_ms": None,
+        "skipped": "",
+    }
+    if flux_command() is None or not fluxion_installed():
+        result["skipped"] = "flux-core or Fluxion not installed: match time not measured"
+        return result
+    rewritten = node_jobspec(JOB_NODES)
+    rewritten["resources"] = release_update(rewritten["resources"], needs(), {}, True)["resources"]
+    for key, R, jobspec in (
+        ("match_plain_ms", plain, node_jobspec(JOB_NODES)),
+        ("match_rabbits_ms", graph, rewritten),
+    ):
+        times = match_times(R, jobspec, matches)
+        result[key] = {  # the first match also builds Fluxion's traverser state
+            "first": times[0] * 1000,
+            "p50": statistics.median(times[1:] or times) * 1000,
+            "max": max(times[1:] or times) * 1000,
+        }
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--rabbits", type=int, default=250)
+    parser.add_argument("--matches", type=int, default=50)
+    args = parser.parse_args()
+    figures = measure(args.nodes, args.rabbits, args.matches)
+    print(f"nodes {figures['nodes']}, rabbits {figures['rabbits']}, {JOB_NODES}-node job")
+    print(f"jobspec rewrite: {figures['rewrite_ms_per_job']:.3f} ms per job")
+    print(f"rabbit graph: {figures['graph_ms']:.0f} ms for {figures['graph_vertices']} vertices")
+    if figures["skipped"]:
+        print(figures["skipped"])
+        return 0
+    plain, rabbit = figures["match_plain_ms"], figures["match_rabbits_ms"]
+    print(f"{'Fluxion match (allocate RPC)':32} {'first':>10} {'p50':>10} {'max':>10}")
+    for label, row in (("without rabbits", plain), ("with rabbits", rabbit)):
+        print(f"{label:32} {row['first']:>8.2f}ms {row['p50']:>8.2f}ms {row['max']:>8.2f}ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""``flux dws rabbit-graph``: write the instance's R with rabbits for Fluxion.
+
+Reads R (RFC 20) from a file or standard input, the rabbits from the live Kubernetes API or
+from a JSON file an admin saved (``kubectl get systemconfigurations,storages -A -o json``), and
+writes R with a JGF ``scheduling`` key (flux_dws.rabbits.resource_graph).  The same input always
+gives the same bytes, so a changed file means a changed system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from flux_dws.cli.sources import SourceError
+from flux_dws.rabbits import (
+    DEFAULT_CHUNKS,
+    RABBIT_TYPE,
+    Rabbit,
+    RabbitError,
+    rabbit_inventory,
+    resource_graph,
+)
+
+SYSTEM_CONFIGURATION_KIND = "SystemConfiguration"
+STORAGE_KIND = "Storage"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-R",
+        "--resources",
+        metavar="FILE",
+        default="-",
+        help="the instance's R to add the rabbits to (default: standard input)",
+    )
+    parser.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="read the SystemConfiguration and Storage resources from this saved JSON "
+        "(kubectl get systemconfigurations,storages -A -o json) instead of the live API",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
+    parser.add_argument(
+        "--cluster", default="cluster0", help="name of the graph's root vertex (default cluster0)"
+    )
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        default=DEFAULT_CHUNKS,
+        metavar="N",
+        help=f"parts each rabbit's SSD pool is split into (default {DEFAULT_CHUNKS})",
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write R here (default: standard output)"
+    )
+
+
+def split_objects(saved: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(SystemConfiguration, Storages) from a saved kubectl List, or a plain list of objects."""
+    items = saved.get("items") if isinstance(saved, Mapping) else saved
+    if not isinstance(items, list):
+        raise RabbitError("the saved file is neither a kubectl List nor a JSON array")
+    configs = [
+        i for i in items if isinstance(i, dict) and i.get("kind") == SYSTEM_CONFIGURATION_KIND
+    ]
+    storages = [i for i in items if isinstance(i, dict) and i.get("kind") == STORAGE_KIND]
+    if not configs:
+        raise RabbitError("the saved file holds no SystemConfiguration")
+    named = [c for c in configs if (c.get("metadata") or {}).get("name") == "default"]
+    return (named or configs)[0], storages
+
+
+def _read_json(path: str, what: str, stdin: TextIO) -> Any:
+    try:
+        if path == "-":
+            return json.load(stdin)
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise SourceError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        where = "standard input" if path == "-" else path
+        raise SourceError(f"{what} in {where} is not JSON: {exc}") from None
+
+
+def live_objects(kubeconfig: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(SystemConfiguration, Storages) from the Kubernetes API."""
+    from flux_dws.k8s import KubeClient
+
+    kube = KubeClient.connect(namespace="default", identity="rabbit-graph", kubeconfig=kubeconfig)
+    try:
+        config = kube.read_system_configuration()
+        if config is None:
+            raise RabbitError("the API has no SystemConfiguration default/default")
+        return config, kube.list_storages()
+    finally:
+        kube.close()
+
+
+def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
+    """One line for the admin: what went into the graph."""
+    vertices = graph["scheduling"]["graph"]["nodes"]
+    placed = [v["metadata"]["name"] for v in vertices if v["metadata"]["type"] == RABBIT_TYPE]
+    parts = sum(1 for v in vertices if v["metadata"]["type"] == "ssd")
+    down = [r for r in placed if not rabbits[r].usable]
+    gib = sum(rabbits[r].gib for r in placed)
+    text = f"{len(placed)} rabbit(s) with {gib} GiB of SSD in {parts} part(s)"
+    return text + (f"; down now: {', '.join(down)}" if down else "")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int:
+    R = _read_json(args.resources, "R", sys.stdin)
+    if args.from_file:
+        config, storages = split_objects(_read_json(args.from_file, "saved resources", sys.stdin))
+    else:
+        config, storages = live_objects(args.kubeconfig)
+    rabbits = rabbit_inventory(config, storages)
+    graph = resource_graph(R, rabbits, cluster=args.cluster, chunks=args.chunks)
+    text = json.dumps(graph, sort_keys=True, separators=(",", ":")) + "\n"
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise SourceError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    else:
+        out.write(text)
+    print(f"flux dws rabbit-graph: {summary(rabbits, graph)}", file=err or sys.stderr)
+    return 0

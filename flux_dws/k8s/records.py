@@ -1,0 +1,140 @@
+"""Reads for the job's records: NnfDataMovements, container pods and their logs.
+
+Each call goes through KubeClient._call (a timeout per attempt, bounded retries).  A refusal
+that retrying cannot cure (403 from RBAC, 404, 400 for a container that never started) is
+turned into words for the record instead of an error, so a job is never held up by it; only
+transient failures (API unreachable, 5xx after the retries) raise KubeError, and the caller
+tries again later.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flux_dws.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
+from flux_dws.k8s.client import KubeClient
+from flux_dws.k8s.errors import KubeError
+from flux_dws.k8s.resources import NNF_GROUP
+from flux_dws.output import (
+    MAX_CONTAINERS,
+    ContainerOutput,
+    SavedOutput,
+    assemble,
+    container_selector,
+    pod_containers,
+    tail,
+    tail_lines,
+)
+
+DATA_MOVEMENTS = "nnfdatamovements"
+
+
+def permanent(exc: KubeError) -> bool:
+    """A refusal that asking again will not change."""
+    return exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 429)
+
+
+def read_data_movements(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str, Any]]:
+    """The workflow's NnfDataMovements in every namespace (Lustre ones live in nnf-dm-system,
+    XFS/GFS2 ones in each rabbit's namespace), by the workflow labels nnf-sos puts on them.
+
+    KubeError for any failure; [] when NNF is not served.
+    """
+    if not kube.versions.nnf:
+        return []
+    selector = f"{WORKFLOW_NAME_LABEL}={workflow},{WORKFLOW_NAMESPACE_LABEL}={namespace}"
+    result = kube._call(
+        "list",
+        "nnfdatamovements of workflow",
+        f"{namespace}/{workflow}",
+        kube._custom.list_cluster_custom_object,
+        NNF_GROUP,
+        kube.versions.nnf,
+        DATA_MOVEMENTS,
+        label_selector=selector,
+    )
+    items = result.get("items") if isinstance(result, dict) else None
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) -> SavedOutput:
+    """Every container of the workflow's pods, with the last ``limit`` bytes of its log.
+
+    KubeError only when the pods cannot be listed for a transient reason.
+    """
+    try:
+        pods = _list_pods(kube, workflow, namespace)
+    except KubeError as exc:
+        if not permanent(exc):
+            raise
+        return assemble((), limit=limit, note=f"the pods could not be listed: {exc}")
+    if not pods:
+        return assemble((), limit=limit, note="no container output: the pods were already gone")
+    statuses = [c for pod in pods for c in pod_containers(pod)]
+    read, skipped = statuses[:MAX_CONTAINERS], max(0, len(statuses) - MAX_CONTAINERS)
+    outputs = []
+    for status in read:
+        if limit <= 0:
+            outputs.append(ContainerOutput(status, error="logs are not saved ([dws] setting)"))
+            continue
+        try:
+            data, more = _read_tail(kube, status.pod, namespace, status.name, limit)
+        except KubeError as exc:
+            if not permanent(exc):
+                raise
+            outputs.append(ContainerOutput(status, error=exc.what or str(exc)))
+            continue
+        text, truncated = tail(data, limit)
+        outputs.append(ContainerOutput(status, log=text, truncated=truncated or more))
+    return assemble(outputs, limit=limit, skipped=skipped)
+
+
+def _list_pods(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str, Any]]:
+    def fetch() -> Any:
+        response = kube._core.list_namespaced_pod(
+            namespace,
+            label_selector=container_selector(workflow),
+            _preload_content=False,
+            _request_timeout=kube.timeout,
+        )
+        return json.loads(response.data)
+
+    result = kube._call(
+        "list", "pods of workflow", f"{namespace}/{workflow}", fetch, timeout_arg=False
+    )
+    items = result.get("items") if isinstance(result, dict) else None
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def _read_tail(
+    kube: KubeClient, pod: str, namespace: str, container: str, limit: int
+) -> tuple[bytes, bool]:
+    """The end of a container's log, and whether older output was left out.
+
+    The server cuts an answer after ``limitBytes`` from its start, so the tail is asked for in
+    lines: ``tail_lines(limit)`` of them, fewer while the answer fills the byte bound (a line
+    too long to fit; then the one line left may be cut).
+    """
+    bound = max(limit * 4, 4096)
+    data, more = b"", False
+    for lines in tail_lines(limit):
+
+        def fetch(lines: int = lines) -> bytes:
+            response = kube._core.read_namespaced_pod_log(
+                pod,
+                namespace,
+                container=container,
+                tail_lines=lines,
+                limit_bytes=bound,
+                _preload_content=False,
+                _request_timeout=kube.timeout,
+            )
+            return bytes(response.data)
+
+        where = f"{namespace}/{pod}/{container}"
+        data = kube._call("get", "pod log", where, fetch, timeout_arg=False)
+        more = data.count(b"\n") >= lines
+        if len(data) < bound:
+            return data, more
+    return data, True

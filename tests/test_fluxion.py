@@ -1,0 +1,161 @@
+"""Rabbit-aware scheduling on a real Flux instance scheduled by Fluxion.
+
+The instance's R holds two rabbits of 100 GiB, each serving two compute nodes, and a fifth
+node no rabbit serves (flux_dws.rabbits.resource_graph); dwssim holds each rabbit to its
+capacity, so a scheduler that ignored it would fail jobs in Setup.  Skipped, with one line,
+where flux-core or Fluxion (flux-sched) is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from flux_dws.hostlist import expand_hostlist
+from flux_dws.rabbits import GIB, allocated_rabbits
+from flux_dws.testing.realflux import flux_command, fluxion_installed
+
+if flux_command() is None:
+    pytest.skip("flux-core is not installed: Fluxion scheduling skipped", allow_module_level=True)
+if not fluxion_installed():
+    pytest.skip(
+        "Fluxion (flux-sched) is not installed: rabbit scheduling skipped", allow_module_level=True
+    )
+
+from flux_dws.testing.stack import Stack  # noqa: E402
+
+RABBITS = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
+XFS_60 = "#DW jobdw type=xfs capacity=60GiB name=scratch"
+
+
+@pytest.fixture(scope="module")
+def stack():
+    config = {"heartbeat": "2s", "rabbit-scheduling": True}
+    # Proposal takes a second, so a restart can land between the workflow and the release.
+    with Stack(
+        hosts=5,
+        backend="flux",
+        config=config,
+        rabbits=RABBITS,
+        capacity=100 * GIB,
+        delays={"Proposal": 1.0},
+    ) as running:
+        yield running
+
+
+def job_R(stack, jobid: int) -> dict:
+    handle = stack.flux._handle
+    found = handle.rpc("job-info.lookup", {"id": jobid, "keys": ["R"], "flags": 0}).get()
+    return json.loads(found["R"]) if isinstance(found["R"], str) else found["R"]
+
+
+def events(info, name: str) -> list[dict]:
+    return [e for e in info.eventlog if e["name"] == name]
+
+
+def test_jobs_share_rabbits_by_capacity_and_none_fails_in_setup(stack):
+    jobs = [stack.submit(XFS_60, nnodes=2, runtime=1.0) for _ in range(3)]
+    infos = [stack.wait(j, timeout=120) for j in jobs]
+    for info in infos:
+        assert info.result == "COMPLETED", (info.exception, stack.flux.service_log()[-2000:])
+    for jobid in jobs:
+        placed = allocated_rabbits(job_R(stack, jobid))
+        # 60 GiB on each of two nodes cannot come from one 100 GiB rabbit: one node on each
+        assert sorted(placed) == ["rabbit-0", "rabbit-1"], placed
+        assert all(len(hosts) == 1 for hosts in placed.values())
+    # two jobs never held 60 GiB of the same 100 GiB rabbit at once: they ran one by one
+    spans = sorted(
+        (events(i, "alloc")[0]["timestamp"], events(i, "free")[0]["timestamp"]) for i in infos
+    )
+    for (_, first_free), (second_alloc, _) in zip(spans, spans[1:]):
+        assert second_alloc >= first_free
+
+
+def test_the_jobspec_is_rewritten_once_with_ssd_per_node(stack):
+    jobid = stack.submit(XFS_60, nnodes=2, runtime=0.0)
+    info = stack.wait(jobid, timeout=120)
+    updates = [e for e in events(info, "jobspec-update") if "resources" in e["context"]]
+    assert len(updates) == 1
+    slot = updates[0]["context"]["resources"][0]
+    assert (slot["type"], slot["count"], slot["label"]) == ("slot", 2, "rabbit")
+    assert slot["with"][1] == {"type": "ssd", "count": 60, "exclusive": True}
+
+
+def test_more_than_any_rabbit_has_is_refused_with_a_clear_message(stack):
+    jobid = stack.submit("#DW jobdw type=xfs capacity=200GiB name=scratch", nnodes=1)
+    info = stack.wait(jobid, timeout=120)
+    assert info.result != "COMPLETED"
+    note = (info.exception or {}).get("note", "")
+    assert "unsatisfiable" in note.lower(), info.exception
+    assert not [w for w in stack.workflows() if w["spec"]["jobID"] in (jobid, str(jobid))]
+
+
+def test_a_node_without_a_rabbit_is_never_given_to_a_dw_job_but_runs_others(stack):
+    from flux.job import JobspecV1, submit
+
+    dw_job = stack.submit("#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=4)
+    info = stack.wait(dw_job, timeout=120)
+    assert info.result == "COMPLETED", info.exception
+    hosts = {h for hs in allocated_rabbits(job_R(stack, dw_job)).values() for h in hs}
+    assert hosts == {"compute-01", "compute-02", "compute-03", "compute-04"}
+    # a fifth #DW node cannot be found: compute-05 has no rabbit
+    too_wide = stack.submit("#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=5)
+    assert "unsatisfiable" in ((stack.wait(too_wide, timeout=120).exception or {}).get("note", ""))
+    handle = stack.flux._handle
+    plain = int(submit(handle, JobspecV1.from_command(["true"], num_nodes=5, num_tasks=5)))
+    assert stack.wait(plain, timeout=120).result == "COMPLETED"
+    nodelist = job_R(stack, plain)["execution"]["nodelist"]
+    assert "compute-05" in [h for entry in nodelist for h in expand_hostlist(entry)]
+
+
+def test_servers_name_exactly_the_rabbits_in_the_jobs_R(stack):
+    jobid = stack.submit(XFS_60, nnodes=2, runtime=None)
+    stack.wait_event(jobid, "start", timeout=120)  # PreRun was ready: Setup had its Servers
+    try:
+        placed = allocated_rabbits(job_R(stack, jobid))
+        name = f"fluxjob-{stack.identity}-{jobid}"
+        servers = stack.api.store.get("servers", "default", f"{name}-0")
+        named = {s["name"] for aset in servers["spec"]["allocationSets"] for s in aset["storage"]}
+        assert named == set(placed)
+    finally:
+        stack.cancel(jobid)
+        stack.wait(jobid, timeout=120)
+
+
+def test_a_restart_between_proposal_and_release_does_not_rewrite_twice(stack):
+    jobid = stack.submit(XFS_60, nnodes=2, runtime=0.0)
+    stack.wait_event(jobid, "dws-workflow", timeout=60)
+    stack.kill_service()
+    assert not [e for e in stack.flux.eventlog(jobid) if e["name"] == "jobspec-update"]
+    time.sleep(1.5)  # Proposal is ready while no service runs
+    stack.start_service()
+    info = stack.wait(jobid, timeout=120)
+    assert info.result == "COMPLETED", info.exception
+    assert len([e for e in events(info, "jobspec-update") if "resources" in e["context"]]) == 1
+
+
+def test_a_chassis_request_gets_its_nodes_and_ssd_from_one_rabbit(stack):
+    """Jobspecs written for the existing integration's graph (rabbit = chassis) still work."""
+    from flux.job import Jobspec, submit
+
+    task = {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 1}]}
+    resources = [
+        {"type": "chassis", "count": 1, "with": [{"type": "node", "count": 2, "with": [task]}]}
+    ]
+    jobspec = Jobspec(
+        resources,
+        [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
+        version=1,
+        attributes={
+            "system": {"duration": 0, "dw": "#DW jobdw type=xfs capacity=30GiB name=scratch"}
+        },
+    )
+    jobid = int(submit(stack.flux._handle, jobspec))
+    info = stack.wait(jobid, timeout=120)
+    assert info.result == "COMPLETED", (info.exception, stack.flux.service_log()[-2000:])
+    update = [e for e in events(info, "jobspec-update") if "resources" in e["context"]][0]
+    assert update["context"]["resources"][0]["with"][-1]["count"] == 60  # 30 GiB x 2 nodes
+    placed = allocated_rabbits(job_R(stack, jobid))
+    assert len(placed) == 1 and len(next(iter(placed.values()))) == 2, placed
