@@ -25,6 +25,7 @@ from flux_dws.copies import pending_copies
 from flux_dws.fsd import format_fsd
 from flux_dws.health import Failures, job_reason, tolerate
 from flux_dws.identity import FINALIZER
+from flux_dws.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.jobspec import release_update
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest
@@ -99,6 +100,7 @@ class JobView:
     proposal_recorded: bool = False  # dws-proposal
     posted_state: State | None = None  # dws-state: the desiredState last recorded
     deadline: float | None = None  # dws-state: absolute deadline for posted_state
+    teardown_reason: str = ""  # dws-state Teardown: why flux-dws aborted the workflow
     transient: tuple[State, float] | None = None  # dws-transient: (state, since)
     container_recorded: ContainerState | None = None  # dws-container
     tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
@@ -162,6 +164,7 @@ class FinishProlog:
     success: bool
     env: Mapping[str, str] = field(default_factory=dict)
     token_secret: tuple[str, str] | None = None  # (namespace, name) -> DW_WORKFLOW_TOKEN
+    token_required: bool = False  # copy-offload: no token, no start
 
 
 @dataclass(frozen=True)
@@ -365,12 +368,18 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
 
 
 def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
-    """Fail or cancel the job (once), let go of the prolog, send the workflow to Teardown."""
+    """Send the workflow to Teardown (recording why), then fail or cancel the job (once) and
+    let go of the prolog.  Teardown is asked first: should Flux refuse the exception or an
+    event, the nodes and storage are still given back, and the reason recorded with
+    Teardown is raised when the exception is tried again."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
     else:
         actions = _fail(job, problem)
-    return [*actions, *_enter(job, State.TEARDOWN, policy, now, hurry=True)]
+    ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
+    if record and problem and isinstance(record[0], PostEvent):  # kept for a retried raise
+        record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem})
+    return [ask, *record, *actions]
 
 
 def _enter(
@@ -431,12 +440,25 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
             return _enter(job, State.DATAIN, policy, now)
         if state is State.DATAIN:
             return _enter(job, State.PRERUN, policy, now)
-        return [FinishProlog(success=True, env=wf.env, token_secret=wf.token_secret)]
+        return _start(job, wf, policy, now)
     if phase is JobPhase.EPILOG:
         following = state.next()
         assert following is not None  # EPILOG only expects PreRun..DataOut here
         return _enter(job, following, policy, now)
     return []
+
+
+def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """PreRun is ready: start the job with the workflow's environment (and token), or fail
+    it, naming the variable, when the environment could not be given to it."""
+    needs_token = token_required(wf.requires, wf.directives)
+    problem = env_problem(wf.env) or token_problem(
+        wf.token_secret, wf.name, wf.namespace, needs_token
+    )
+    if problem:
+        return _abort(job, f"{State.PRERUN.value}: {problem}", policy, now)
+    secret = token_secret_for(wf.name, wf.namespace) if wf.token_secret else None
+    return [FinishProlog(True, wf.env, secret, token_required=needs_token)]
 
 
 def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
@@ -452,13 +474,25 @@ def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
     return [ReleaseDependency(update)]
 
 
+def _torn_down(job: JobView) -> list[Action]:
+    """A job whose workflow was sent to Teardown before it ran must not be left waiting:
+    fail it with the reason recorded with Teardown (should the first raise have been refused,
+    the workflow's own message is gone by now), and let go of its prolog."""
+    reason = job.teardown_reason or None
+    if job.phase is JobPhase.PROLOG:
+        return _fail_prolog(job, reason)
+    if job.phase in (JobPhase.DEPEND, JobPhase.SCHED):
+        return _fail(job, reason or "the job's workflow was torn down before the job could run")
+    return []
+
+
 def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
     """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be.
 
     Nodes of a job whose Teardown failed may hold a stuck mount: with ``[dws]
     drain-on-teardown-failure`` they are drained, so the next job does not land on them.
     """
-    actions = _fail_prolog(job) if job.phase is JobPhase.PROLOG else []
+    actions = _torn_down(job)
     if wf.complete:
         return [*actions, DeleteWorkflow()]
     stuck = _teardown_stuck(job, wf, now)
@@ -556,7 +590,7 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
             return _release(job, None)
         return _release(job, "no workflow was ever created for this job")
     if job.posted_state is State.TEARDOWN or _fatal(job):
-        return _release(job, None)
+        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
     where = job.posted_state.value if job.posted_state else "Proposal"
     name = wf.name if wf is not None else "the job's workflow"
     return _release(job, f"{name} was deleted outside flux-dws while in {where}")

@@ -102,6 +102,9 @@ class Policy:
     drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
     health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
     failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
+    metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
+    max_directives: int = 100  # #DW directives one job may give
+    max_directives_bytes: int = 65536  # their total size in bytes (UTF-8)
     rabbit_scheduling: bool = False  # Fluxion's graph holds rabbits: rewrite #DW jobspecs
     storage_limits: Mapping[str, StorageLimit] = field(default_factory=FrozenMap)
     container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
@@ -200,6 +203,21 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     if value < least:
         raise _fail(key, f"must be {least}{zero if least == 0 else ''} or more, not {value}")
     return value
+
+
+def _address(value: object, key: str) -> tuple[str, int]:
+    """``PORT`` (on the loopback address) or ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = _string(value, key)
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
+        raise _fail(key, f"invalid address {text!r}: must be PORT or HOST:PORT (port 0-65535)")
+    return host, int(port)
 
 
 #: The most of one container's log a site may keep: the job's KVS is not a log store.
@@ -336,6 +354,9 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
     "health-interval": ("health_interval", _interval),
     "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
+    "metrics-address": ("metrics_address", _address),
+    "max-directives": ("max_directives", partial(_count, least=1)),
+    "max-directives-bytes": ("max_directives_bytes", partial(_count, least=64)),
     "rabbit-scheduling": ("rabbit_scheduling", _boolean),
     "storage": ("storage_limits", _storage_limits),
     "container-log-size": ("container_log_size", _log_size),

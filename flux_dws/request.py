@@ -175,13 +175,48 @@ def _directives(value: object, policy: Policy) -> tuple[tuple[Directive, ...], s
             f"{where} must be #DW directives (a string or a list of strings) or a preset name, "
             f"not {type_name(value)}"
         )
+    if preset is None:
+        _check_total_size(source, policy)
     try:
         directives = parse_directives(source)
     except DirectiveError as exc:
         raise RequestError(f"{where}: {exc}") from None
     if not directives:
         raise RequestError(f"{where} holds no #DW directives")
+    if preset is None:
+        _check_each(directives, policy)
     return directives, preset
+
+
+#: The most one directive may hold, in bytes (a copy_in with two PATH_MAX paths fits).
+MAX_DIRECTIVE_BYTES = 16384
+
+
+def _check_total_size(source: str | tuple[str, ...], policy: Policy) -> None:
+    """Refuse an oversized system.dw before parsing it ([dws] max-directives-bytes)."""
+    texts = (source,) if isinstance(source, str) else source
+    size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    if size > policy.max_directives_bytes:
+        raise RequestError(
+            f"system.{DW_ATTR} is {size} bytes, more than this site's limit of "
+            f"{policy.max_directives_bytes} ([dws] max-directives-bytes)"
+        )
+
+
+def _check_each(directives: tuple[Directive, ...], policy: Policy) -> None:
+    """Refuse too many directives ([dws] max-directives) or one that is too long."""
+    if len(directives) > policy.max_directives:
+        raise RequestError(
+            f"system.{DW_ATTR} holds {len(directives)} #DW directives, more than this site's "
+            f"limit of {policy.max_directives} ([dws] max-directives)"
+        )
+    for d in directives:
+        size = len(d.text.encode("utf-8", "surrogatepass"))
+        if size > MAX_DIRECTIVE_BYTES:
+            raise RequestError(
+                f"system.{DW_ATTR}: #DW directive {d.index} ({d.command}) is {size} bytes, "
+                f"more than the limit of {MAX_DIRECTIVE_BYTES} for one directive"
+            )
 
 
 def _user_timeouts(value: object, policy: Policy) -> dict[str, float]:

@@ -452,7 +452,7 @@ def parse_cli(argv: list[str]) -> Any:
     except SystemExit as exc:  # --version and --help exit 0 once printed
         assert exc.code == 0, f"{argv}: {out.getvalue()}"
         return None
-    if args.command in ("status", "logs"):
+    if args.command in ("status", "logs") and args.jobid is not None:
         parse_jobid(args.jobid)
     if args.command == "list":
         parse_states(args.state)
@@ -716,6 +716,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "list_clientmounts": lambda k: k.list_clientmounts(k.workflow_name(WORKFLOW_ID)),
     "read_servers": lambda k: k.read_servers(k.namespace, "nosuch"),
     "force_ready": lambda k: k.force_ready(k.workflow_name(WORKFLOW_ID)),
+    "ping": lambda k: k.ping(),  # GET /version: allowed to everyone, like discovery
 }
 #: Public methods that send nothing themselves.
 NO_REQUESTS = {"connect", "close", "request_counts", "workflow_name"}

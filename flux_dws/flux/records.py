@@ -66,6 +66,7 @@ def job_view(
         proposal_recorded="dws-proposal" in dws,
         posted_state=posted_state,
         deadline=_number(state_event.get("deadline")) if posted_state else None,
+        teardown_reason=_reason(state_event) if posted_state is State.TEARDOWN else "",
         transient=_transient(dws.get("dws-transient")),
         container_recorded=_container(dws.get("dws-container")),
         teardown_failed="dws-teardown-failed" in dws,
@@ -87,6 +88,11 @@ def _state(value: Any) -> State | None:
         return State.parse(value) if isinstance(value, str) else None
     except ValueError:
         return None
+
+
+def _reason(event: Mapping[str, Any]) -> str:
+    reason = event.get("reason")
+    return reason if isinstance(reason, str) else ""
 
 
 def _number(value: Any) -> float | None:

@@ -55,6 +55,7 @@ class Stack:
         api_process: bool = False,
         service_process: bool = False,
         backend: str = "fake",
+        realflux: Mapping[str, Any] | None = None,
         rabbits: Mapping[str, Sequence[str]] | None = None,
         capacity: int | None = None,
     ) -> None:
@@ -64,6 +65,7 @@ class Stack:
         if backend not in ("fake", "flux"):
             raise ValueError(f"backend must be 'fake' or 'flux', not {backend!r}")
         self.backend = backend
+        self.realflux_options = dict(realflux or {})  # RealFlux keywords (persist, broker_env)
         self.identity = identity
         self.hosts = compute_names(hosts)
         # Which compute nodes each rabbit serves (None: 16 to a rabbit, seed's default), and
@@ -93,6 +95,14 @@ class Stack:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Stack:
+        """Start everything; a part that fails to start stops the parts already running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Stack:
         if self.api_process:
             self._start_api_process()
         else:
@@ -107,7 +117,8 @@ class Stack:
             from flux_dws.testing.realflux import RealFlux
 
             table = {**self.table, "kubeconfig": self.kubeconfig}
-            self.flux = RealFlux(self.hosts, table, R=self._rabbit_R()).start()
+            self.flux = RealFlux(self.hosts, table, R=self._rabbit_R(), **self.realflux_options)
+            self.flux.start()  # assigned first: a start that fails is still stopped
         else:
             self.flux = FakeFlux(
                 self.hosts, owner_uid=self.owner_uid, validator=self.validate

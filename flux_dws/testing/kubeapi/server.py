@@ -35,6 +35,9 @@ log = logging.getLogger("flux_dws.testing.kubeapi")
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+#: What the API server's query parsing (Go's strconv.ParseBool) takes as true: older
+#: kubernetes clients send Python's "True".
+GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 IDLE_PROBE = 1.0  # seconds between checks that a quiet watch's client is still there
 
 
@@ -91,7 +94,7 @@ def verb_of(method: str, target: ResourcePath, query: dict[str, str]) -> str:
     item = target.name is not None
     verbs = {
         ("GET", True): "get",
-        ("GET", False): "watch" if query.get("watch") in ("true", "1") else "list",
+        ("GET", False): "watch" if query.get("watch") in GO_TRUE else "list",
         ("POST", False): "create",
         ("PUT", True): "update",
         ("PATCH", True): "patch",
@@ -291,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve_watch(self, target: ResourcePath, query: dict[str, str]) -> None:
         api = self.server.api
         rv = query.get("resourceVersion") or ""
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        bookmarks = query.get("allowWatchBookmarks") in GO_TRUE
         as_table = wants_table(self.headers.get("Accept", ""))  # kubectl get -w
         timeout = _float(query.get("timeoutSeconds"), api.default_watch_timeout)
         failure: ApiError | None = None
