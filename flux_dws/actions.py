@@ -463,7 +463,7 @@ class ActionRunner(FailureRules):
             tracked.dirty = True
             return None
 
-        self._kube_then(done, store, read)
+        self._kube_then(tracked, "reading the failed nodes", done, store, read)
 
     def _do_DrainNodes(self, tracked: Tracked, action: lc.DrainNodes, done: Done) -> None:
         health = getattr(self, "health", None)
@@ -493,7 +493,9 @@ class ActionRunner(FailureRules):
             self.kube.patch_computes(wf.name, list(action.computes))
             return self.kube.force_ready(wf.name)
 
-        self._kube_then(done, self._adopt(tracked), force, urgent=True)
+        self._kube_then(
+            tracked, "forcing the state ready", done, self._adopt(tracked), force, urgent=True
+        )
 
     # ------------------------------------------------------------------ helpers
 
