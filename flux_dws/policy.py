@@ -224,13 +224,20 @@ def _address(value: object, key: str) -> tuple[str, int]:
 MAX_LOG_SIZE = 16 * 1024 * 1024
 
 
+def _size(value: object, key: str) -> int:
+    """A size in bytes, written as #DW capacities are ("1TiB", "500GB")."""
+    if not isinstance(value, str):
+        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {value!r}')
+    try:
+        return parse_size(value)
+    except DirectiveError as exc:
+        raise _fail(key, str(exc)) from None
+
+
 def _log_size(value: object, key: str) -> int:
     """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
     if isinstance(value, str):
-        try:
-            size = 0 if value.strip() in ("0", "0B") else parse_size(value)
-        except DirectiveError as exc:
-            raise _fail(key, str(exc)) from None
+        size = 0 if value.strip() in ("0", "0B") else _size(value, key)
     else:
         size = _count(value, key, zero=" (no logs)")
     if size > MAX_LOG_SIZE:
@@ -289,18 +296,6 @@ def _timeouts(value: object, key: str) -> dict[str, TimeoutBound]:
             maximum = max(builtin.maximum, default)
         bounds[name] = TimeoutBound(default, maximum)
     return bounds
-
-
-def _size(value: object, key: str) -> int:
-    """A size in bytes, written as #DW capacities are ("1TiB", "500GB")."""
-    from flux_dws.directives import parse_size  # the one size grammar
-
-    if not isinstance(value, str):
-        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {value!r}')
-    try:
-        return parse_size(value)
-    except DirectiveError as exc:
-        raise _fail(key, str(exc)) from None
 
 
 def _storage_limits(value: object, key: str) -> dict[str, StorageLimit]:
