@@ -6,7 +6,9 @@ hostlist or idset; ``mode`` "update" leaves a node that already has a reason alo
 nodes not drained on undrain).  The service runs as the instance owner, which these RPCs
 require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to mark each of
 a rabbit's ssd vertices up or down; their paths come from the rabbit-aware JGF in R's
-``scheduling`` key (flux_dws.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``).
+``scheduling`` key (flux_dws.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``), which
+``resource.status`` leaves out of its R, so they are asked of Fluxion itself
+(``sched-fluxion-resource.find``, every vertex, as JGF) the first time they are needed.
 
 ``parse_resource_status`` is pure; ``FluxNodes`` is the thin adapter over a Flux handle and
 fakeflux has its own (flux_dws.testing.fakeflux.nodes) with the same semantics.
@@ -113,7 +115,8 @@ class FluxNodes:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
         self._fluxion: bool | None = None  # unknown until the first set_status answers
-        self._paths: Mapping[str, tuple[str, ...]] = {}  # rabbit -> ssd paths, from status()
+        self._paths: Mapping[str, tuple[str, ...]] = {}  # rabbit -> ssd paths in Fluxion
+        self._asked_fluxion = False  # its graph was read once (find), whatever it held
         self._unplaced: set[str] = set()
 
     def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
@@ -149,7 +152,8 @@ class FluxNodes:
             except (ValueError, TypeError, AttributeError) as exc:
                 on_done(None, f"resource.status: unreadable answer: {exc}")
                 return
-            self._paths = status.ssd_paths
+            if status.ssd_paths:
+                self._paths = status.ssd_paths
             on_done(status, None)
 
         self._rpc("resource.status", {}, answered)
@@ -163,8 +167,29 @@ class FluxNodes:
         payload = {"targets": ",".join(hosts), "mode": "update"}
         self._rpc("resource.undrain", payload, lambda f: on_done(self._error(f)[1]))
 
+    def _read_fluxion_graph(self, then: Callable[[], None]) -> None:
+        """Learn the ssd vertices' paths from Fluxion's own graph (once)."""
+        self._asked_fluxion = True
+
+        def answered(future: Any) -> None:
+            response, error, errnum = self._error(future)
+            if errnum == errno.ENOSYS:
+                self._fluxion = False
+                log.info("sched-fluxion-resource is not loaded: rabbit pools are not marked")
+            elif error is not None:
+                log.warning("reading Fluxion's graph for rabbit pools failed: %s", error)
+            elif isinstance(response, Mapping):
+                self._paths = ssd_paths({"scheduling": response.get("R")}) or self._paths
+            then()
+
+        payload = {"criteria": "status=up or status=down", "format": "jgf"}
+        self._rpc("sched-fluxion-resource.find", payload, answered)
+
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
         paths = self._paths.get(rabbit, ())
+        if not paths and not self._asked_fluxion and self._fluxion is not False:
+            self._read_fluxion_graph(lambda: self.mark_rabbit(rabbit, up, on_done))
+            return
         if self._fluxion is False or not paths:
             if not paths and rabbit not in self._unplaced:
                 self._unplaced.add(rabbit)
