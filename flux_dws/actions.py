@@ -10,28 +10,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import pwd
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from flux_dws import lifecycle as lc
+from flux_dws.failures import RETRY_MAX as RETRY_MAX  # re-exported for the service
+from flux_dws.failures import RETRY_MIN, FailureRules, primary_group
+from flux_dws.failures import _error_text as _error_text  # and for record_actions
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.flux.transport import RpcError
+from flux_dws.health import Failures, mount_failures, setup_failures
+from flux_dws.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.jobspec import min_allocations
-from flux_dws.k8s import KubeError, WorkflowRejected
+from flux_dws.k8s import WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.lifecycle import ProposalInfo
 from flux_dws.loop import Timer
 from flux_dws.request import DwRequest
+from flux_dws.sanitize import one_line
+from flux_dws.states import State
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
 
 log = logging.getLogger("flux-dws")
-
-RETRY_MIN = 0.5  # seconds before retrying a job whose action failed; doubles up to RETRY_MAX
-RETRY_MAX = 60.0
 
 
 class Halt:
@@ -53,6 +56,7 @@ class Tracked:
     workflow: WorkflowView | None = None
     raw: dict[str, Any] | None = None
     proposal: ProposalInfo | None = None
+    failures: Failures | None = None  # which nodes failed Setup/PreRun (lc.ReadFailures)
     request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
     deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
     posting: dict[str, dict[str, Any]] = field(default_factory=dict)  # events not yet answered
@@ -61,9 +65,14 @@ class Tracked:
     timer: Timer | None = None
     retry: float = 0.0
     observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
+    failing_since: float | None = None  # loop time a chain's call first failed (transient)
+    patch_failing_since: float | None = None  # the same for desiredState patches
+    async_retry: float = 0.0  # backoff of the calls sent outside the chain (patches, posts)
+    unreadable: str = ""  # why the latest version of the workflow could not be read
+    alarmed: str = ""  # the unreadable problem already reported
 
 
-class ActionRunner:
+class ActionRunner(FailureRules):
     """The ``_do_<Action>`` handlers of the service, and the helpers they share.
 
     A mixin of Service: handlers read and update the service's tracked jobs and use its loop,
@@ -72,6 +81,8 @@ class ActionRunner:
 
     def _kube_then(
         self,
+        tracked: Tracked,
+        what: str,
         done: Done,
         then: Callable[[Any], str | None] | None,
         fn: Callable[..., Any],
@@ -84,7 +95,7 @@ class ActionRunner:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is not None:
-                done(_error_text(exc))
+                self._call_failed(tracked, what, exc, done)
             else:
                 done(then(result) if then else None)
 
@@ -106,6 +117,14 @@ class ActionRunner:
 
     def _do_CreateWorkflow(self, tracked: Tracked, action: lc.CreateWorkflow, done: Done) -> None:
         jobid = tracked.jobid
+        if action.groupid < 0:
+            found = primary_group(action.userid)
+            if isinstance(found, str):
+                self._fail_job(tracked, f"cannot set the workflow's groupID: {found}", done)
+            else:  # found now: decide again with it
+                self._gids[action.userid] = found
+                done(HALT)
+            return
 
         def created(obj: dict[str, Any] | None, exc: BaseException | None) -> None:
             self.loop.call_soon(settle, obj, exc)
@@ -114,7 +133,7 @@ class ActionRunner:
             if isinstance(exc, WorkflowRejected):
                 self._fail_job(tracked, f"DWS rejected the job's directives: {exc.message}", done)
             elif exc is not None:
-                done(str(exc))
+                self._call_failed(tracked, "creating the job's workflow", exc, done)
             else:
                 assert obj is not None
                 self._adopt(tracked, created=True)(obj)
@@ -155,6 +174,7 @@ class ActionRunner:
 
         def settle(result: Any, exc: BaseException | None) -> None:
             if exc is None:
+                tracked.patch_failing_since, tracked.async_retry = None, 0.0
                 adopt(result)
                 return
             if tracked.workflow is asked:  # nothing newer came: back to what was known
@@ -164,15 +184,7 @@ class ActionRunner:
                     tracked, f"cannot place the job's storage: {exc}", self._retry_on_error(tracked)
                 )
                 return
-            log.warning(
-                "job %d workflow %s: asking for %s failed: %s; retrying in %.1fs",
-                tracked.jobid,
-                wf.name,
-                action.state.value,
-                _error_text(exc),
-                RETRY_MIN,
-            )
-            self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+            self._patch_failed(tracked, wf.name, action.state, exc)
 
         self.worker.submit(patch, on_done=finished, urgent=True)
         # Logged once the patch is handed over: writing the line may let other threads run.
@@ -270,7 +282,7 @@ class ActionRunner:
             if isinstance(exc, StorageError):
                 self._fail_job(tracked, f"cannot size the job's storage: {exc}", done)
             elif exc is not None:
-                done(str(exc))
+                self._call_failed(tracked, "reading the Proposal", exc, done)
             else:
                 tracked.proposal = result
                 tracked.dirty = True
@@ -281,7 +293,7 @@ class ActionRunner:
     def _fail_job(self, tracked: Tracked, note: str, done: Done) -> None:
         """A definitive failure found while acting: the job gets it as its exception, and
         the rest of the chain is dropped (the next decision sees the exception)."""
-        log.error("job %d: %s", tracked.jobid, note)
+        log.error("job %d: %s", tracked.jobid, one_line(note))
         action = lc.RaiseException(note)
 
         def raised(error: str | Halt | None) -> None:
@@ -312,8 +324,12 @@ class ActionRunner:
         env = dict(action.env)
 
         def send(token: str | None) -> str | None:
+            problem = token_value_problem(token, action.token_secret or ("?", "?"))
+            if problem and (action.token_required or token):
+                self._fail_job(tracked, f"PreRun: {problem}", done)
+                return None
             if token:
-                env["DW_WORKFLOW_TOKEN"] = token
+                env[TOKEN_VARIABLE] = token
             log.info("job %d: PreRun ready; starting the job with %d variables", jobid, len(env))
             self.jm.prolog_finish(jobid, True, env, on_done)
             return None
@@ -327,7 +343,9 @@ class ActionRunner:
                 done(error)
 
         namespace, name = action.token_secret
-        self._kube_then(sent, send, self.kube.read_token, namespace, name)
+        self._kube_then(
+            tracked, "reading the workflow token", sent, send, self.kube.read_token, namespace, name
+        )
 
     def _do_FinishEpilog(self, tracked: Tracked, action: lc.FinishEpilog, done: Done) -> None:
         log.info("job %d: workflow gone; finishing the epilog", tracked.jobid)
@@ -340,11 +358,12 @@ class ActionRunner:
             tracked.jobid,
             self._wf_name(tracked),
             action.type,
-            action.note,
+            one_line(action.note),
         )
 
         def raised(error: str | None) -> None:
-            if error is None and not (tracked.record or {}).get("exception"):
+            fatal = action.severity == 0
+            if error is None and fatal and not (tracked.record or {}).get("exception"):
                 exc = {"type": action.type, "severity": action.severity, "note": action.note}
                 self._update_record(tracked, exception=exc)
             done(error)
@@ -377,11 +396,13 @@ class ActionRunner:
         def posted(error: str | Halt | None) -> None:
             if tracked.posting.get(action.name) is context:
                 del tracked.posting[action.name]
+            if error is None:
+                tracked.async_retry = 0.0
             if error is None or tracked.record is None:
                 return
             log.warning(
                 "job %d: posting %s failed: %s; will retry", tracked.jobid, action.name, error
-            )
+            )  # with backoff: a post Flux refuses must not be sent again every half second
             dws = dict(tracked.record.get("dws") or {})
             if dws.get(action.name) is context:
                 if before is None:
@@ -389,14 +410,16 @@ class ActionRunner:
                 else:
                     dws[action.name] = before
                 self._update_record(tracked, dws=dws)
-            self.loop.call_later(RETRY_MIN, self._kick, tracked.jobid)
+            self._retry_later(tracked)
 
         self.jm.post(tracked.jobid, action.name, context, self._flux_done(posted, "post", tracked))
         done(None)
 
     def _do_DeleteWorkflow(self, tracked: Tracked, action: lc.DeleteWorkflow, done: Done) -> None:
         wf = tracked.workflow
-        assert wf is not None
+        if wf is None:  # gone while the chain ran (the watch said so): nothing to delete
+            done(None)
+            return
         if tracked.deleted == wf.uid:  # done already; waiting for the watch to say so
             done(None)
             return
@@ -407,7 +430,72 @@ class ActionRunner:
         def deleted(_result: Any) -> None:
             tracked.deleted = wf.uid
 
-        self._kube_then(done, deleted, self.kube.delete_workflow, wf.name)
+        self._kube_then(
+            tracked, "deleting the workflow", done, deleted, self.kube.delete_workflow, wf.name
+        )
+
+    # ------------------------------------------------------------------ health
+
+    def _do_ReadFailures(self, tracked: Tracked, action: lc.ReadFailures, done: Done) -> None:
+        wf, proposal = tracked.workflow, tracked.proposal
+        assert wf is not None
+        hosts = tuple((tracked.record or {}).get("hosts") or ())
+        needs = proposal.needs if proposal is not None else ()
+
+        def read() -> Failures:
+            if action.state is State.PRERUN:
+                return mount_failures(self.kube.list_clientmounts(wf.name, wf.namespace), hosts)
+            if self._rabbits is None or any(h not in self._rabbits for h in hosts):
+                self._rabbits = rabbit_map(self.kube.read_system_configuration())
+            refs = sorted({n.servers for n in needs})
+            servers = [self.kube.read_servers(ns, name) for ns, name in refs]
+            return setup_failures(servers, self._rabbits, hosts)
+
+        def store(result: Failures) -> str | None:
+            log.warning(
+                "job %d workflow %s: %s failed on node(s) %s",
+                tracked.jobid,
+                wf.name,
+                result.state,
+                ", ".join(result.nodes) or "(none identified)",
+            )
+            tracked.failures = result
+            tracked.dirty = True
+            return None
+
+        self._kube_then(tracked, "reading the failed nodes", done, store, read)
+
+    def _do_DrainNodes(self, tracked: Tracked, action: lc.DrainNodes, done: Done) -> None:
+        health = getattr(self, "health", None)
+        if health is None:
+            log.warning(
+                "job %d: would drain %s (%s), but this service cannot drain nodes",
+                tracked.jobid,
+                ",".join(action.hosts),
+                action.reason,
+            )
+            done(None)
+            return
+        health.drain_for_job(action.hosts, action.reason, lambda e: done(e and f"drain: {e}"))
+
+    def _do_ForceReady(self, tracked: Tracked, action: lc.ForceReady, done: Done) -> None:
+        wf = tracked.workflow
+        assert wf is not None
+        log.info(
+            "job %d workflow %s: forcing %s ready without the failed nodes; Computes: %s",
+            tracked.jobid,
+            wf.name,
+            wf.desired_state.value,
+            ",".join(action.computes),
+        )
+
+        def force() -> Any:
+            self.kube.patch_computes(wf.name, list(action.computes))
+            return self.kube.force_ready(wf.name)
+
+        self._kube_then(
+            tracked, "forcing the state ready", done, self._adopt(tracked), force, urgent=True
+        )
 
     # ------------------------------------------------------------------ helpers
 
@@ -438,18 +526,16 @@ class ActionRunner:
         return tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid)
 
     def _groupid(self, userid: int) -> int:
-        """The owner's primary group for the workflow's groupID (never from user input)."""
-        if userid not in self._gids:
-            try:
-                self._gids[userid] = pwd.getpwuid(userid).pw_gid
-            except KeyError:
-                self._gids[userid] = userid
-        return self._gids[userid]
-
-
-def _error_text(exc: BaseException) -> str:
-    """A failed call, in one line: Kubernetes errors say enough; others get their type."""
-    return str(exc) if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
+        """The owner's primary group for the workflow's groupID (never from user input);
+        -1 when it cannot be found (the create then fails the job).  Only found groups are
+        cached: a lookup that failed (say, the directory service was down) is tried again."""
+        gid = self._gids.get(userid)
+        if gid is None:
+            found = primary_group(userid)
+            if isinstance(found, str):
+                return -1
+            gid = self._gids[userid] = found
+        return gid
 
 
 def _name(obj: Mapping[str, Any]) -> str:

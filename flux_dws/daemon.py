@@ -2,9 +2,15 @@
 
 Start-up is the only place that may block: it reads the instance's [dws] table, connects to
 Kubernetes (discovering the served DWS versions), and then hands everything to the reactor.
-A configuration that cannot work exits with EXIT_CONFIG (78, EX_CONFIG), which the systemd
-unit lists in RestartPreventExitStatus, so a typo is not restarted in a loop; an API server
-that is merely unreachable is retried (with backoff) while the jobs stay held.
+A configuration that cannot work exits with EXIT_CONFIG (78, EX_CONFIG); when there is no
+Flux instance to serve, or the one it served went away (``flux shutdown``), it exits with
+EXIT_UNAVAILABLE (69, EX_UNAVAILABLE).  The systemd unit lists both in
+RestartPreventExitStatus, so neither is restarted in a loop (the unit is bound to
+flux.service, which starts it again with the instance); an API server that is merely
+unreachable is retried (with backoff) while the jobs stay held.  SIGTERM ends it with 0.
+
+Under systemd (``Type=notify``) it reports through flux_dws.notify: STATUS= lines, READY=1
+after the first reconcile, WATCHDOG=1 from the event loop (flux_dws.upkeep).
 """
 
 from __future__ import annotations
@@ -22,8 +28,7 @@ from flux_dws.identity import check_identity, default_identity
 from flux_dws.policy import Policy, policy_from_table
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
-EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve
-EXIT_SUPERSEDED = 75  # EX_TEMPFAIL: another service took over this instance's jobs
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve, or it went away
 CONNECT_RETRY_MAX = 60.0  # seconds between attempts to reach an unreachable API at start-up
 
 log = logging.getLogger("flux-dws")
@@ -87,9 +92,17 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     """Connect to Kubernetes and run the service on the Flux reactor until SIGTERM/SIGINT."""
     from flux_dws.flux.jobmanager import JobManager
     from flux_dws.flux.reactor import FluxLoop, FluxTransport
+    from flux_dws.flux.resource import FluxNodes
     from flux_dws.k8s import KubeClient, KubeSetupError
+    from flux_dws.notify import Notifier
     from flux_dws.service import Service
 
+    # Block SIGTERM/SIGINT before any thread starts (threads inherit the mask): the Flux
+    # reactor's signal watchers then get them, not a worker thread's default action.
+    stops = (signal.SIGTERM, signal.SIGINT)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    notifier = Notifier()
+    notifier.status("connecting to Kubernetes")
     delay = 1.0
     while True:
         try:
@@ -106,22 +119,28 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
                 log.error("%s; not starting", exc)
                 return EXIT_CONFIG
             log.warning("%s; #DW jobs stay held; retrying in %.0fs", exc, delay)
-            time.sleep(delay)
+            notifier.status(f"Kubernetes unreachable at start-up; retrying: {exc}")
+            _sleep_pinging(notifier, delay)
             delay = min(delay * 2, CONNECT_RETRY_MAX)
     loop = FluxLoop(handle)
     service = Service(
         policy=policy,
         loop=loop,
-        jobmanager=JobManager(FluxTransport(handle)),
+        jobmanager=JobManager(FluxTransport(handle, defer=loop.call_soon)),
         kube=kube,
         owner_uid=int(handle.attr_get("security.owner")),
+        nodes=FluxNodes(handle),
+        notifier=notifier,
     )
+
+    asked_to_stop = []
 
     def shutdown(*_: Any) -> None:
         log.info("stopping; jobs stay held until the service runs again")
+        asked_to_stop.append(True)
         loop.stop()
 
-    watchers = [handle.signal_watcher_create(s, shutdown) for s in (signal.SIGTERM, signal.SIGINT)]
+    watchers = [handle.signal_watcher_create(s, shutdown) for s in stops]
     for watcher in watchers:
         watcher.start()
     log.info(
@@ -133,9 +152,26 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     )
     loop.call_soon(service.start)
     loop.run()
+    if not asked_to_stop and not service.instance_gone:
+        # The reactor ended by itself: the handle's connection to the broker closed.
+        log.warning("the Flux instance is gone (its connection closed); stopping")
+        service.instance_gone = True
     service.stop()
     kube.close()
-    return EXIT_SUPERSEDED if service.superseded else 0
+    notifier.close()
+    if service.instance_gone:
+        return EXIT_UNAVAILABLE  # said in one line already
+    log.info("stopped")
+    return 0
+
+
+def _sleep_pinging(notifier: Any, seconds: float) -> None:
+    """Sleep, still telling the watchdog (if any) that start-up is alive."""
+    step = min(1.0, notifier.watchdog / 3) if notifier.watchdog else seconds
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        notifier.ping()
+        time.sleep(min(step, left))
 
 
 if __name__ == "__main__":

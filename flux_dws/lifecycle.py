@@ -23,7 +23,9 @@ from typing import Any, Union
 
 from flux_dws.copies import pending_copies
 from flux_dws.fsd import format_fsd
+from flux_dws.health import Failures, job_reason, tolerate
 from flux_dws.identity import FINALIZER
+from flux_dws.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.jobspec import release_update
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest
@@ -98,11 +100,16 @@ class JobView:
     proposal_recorded: bool = False  # dws-proposal
     posted_state: State | None = None  # dws-state: the desiredState last recorded
     deadline: float | None = None  # dws-state: absolute deadline for posted_state
+    teardown_reason: str = ""  # dws-state Teardown: why flux-dws aborted the workflow
     transient: tuple[State, float] | None = None  # dws-transient: (state, since)
     container_recorded: ContainerState | None = None  # dws-container
+    tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
+    teardown_failed: bool = False  # dws-teardown-failed
     copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
     proposal: ProposalInfo | None = None
+    # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
+    failures: Failures | None = None
 
     @property
     def active(self) -> bool:
@@ -157,6 +164,7 @@ class FinishProlog:
     success: bool
     env: Mapping[str, str] = field(default_factory=dict)
     token_secret: tuple[str, str] | None = None  # (namespace, name) -> DW_WORKFLOW_TOKEN
+    token_required: bool = False  # copy-offload: no token, no start
 
 
 @dataclass(frozen=True)
@@ -205,6 +213,29 @@ class DeleteWorkflow:
 
 
 @dataclass(frozen=True)
+class ReadFailures:
+    """Find which compute nodes failed ``state`` (Servers in Setup, ClientMounts in PreRun)
+    into JobView.failures."""
+
+    state: State
+
+
+@dataclass(frozen=True)
+class DrainNodes:
+    """Drain ``hosts`` in Flux with ``reason`` (a job's failed or stuck nodes)."""
+
+    hosts: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ForceReady:
+    """Write Computes without the failed nodes, then set spec.forceReady on the workflow."""
+
+    computes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class WakeAt:
     """Call decide() again at this time even if nothing else happens (a deadline)."""
 
@@ -223,6 +254,9 @@ Action = Union[
     RecordCopies,
     SaveOutput,
     DeleteWorkflow,
+    ReadFailures,
+    DrainNodes,
+    ForceReady,
     WakeAt,
 ]
 
@@ -251,13 +285,16 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     if copies is not None:  # before anything moves on (or tears down) past the copies
         return [*actions, copies]
     if workflow.desired_state is State.TEARDOWN:
-        ending = _teardown(job, workflow, now)
+        ending = _teardown(job, workflow, policy, now)
         if any(isinstance(a, DeleteWorkflow) for a in ending):
             return actions + ending
         actions += ending
     elif _aborted(job):
         return actions + _abort(job, None, policy, now)
     else:
+        tolerance = _tolerance(job, workflow, policy, now)
+        if tolerance is not None:
+            return actions + tolerance
         problem = _failure(job, workflow, policy, now)
         if problem:
             return actions + _abort(job, problem, policy, now)
@@ -331,12 +368,18 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
 
 
 def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
-    """Fail or cancel the job (once), let go of the prolog, send the workflow to Teardown."""
+    """Send the workflow to Teardown (recording why), then fail or cancel the job (once) and
+    let go of the prolog.  Teardown is asked first: should Flux refuse the exception or an
+    event, the nodes and storage are still given back, and the reason recorded with
+    Teardown is raised when the exception is tried again."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
     else:
         actions = _fail(job, problem)
-    return [*actions, *_enter(job, State.TEARDOWN, policy, now, hurry=True)]
+    ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
+    if record and problem and isinstance(record[0], PostEvent):  # kept for a retried raise
+        record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem})
+    return [ask, *record, *actions]
 
 
 def _enter(
@@ -397,12 +440,25 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
             return _enter(job, State.DATAIN, policy, now)
         if state is State.DATAIN:
             return _enter(job, State.PRERUN, policy, now)
-        return [FinishProlog(success=True, env=wf.env, token_secret=wf.token_secret)]
+        return _start(job, wf, policy, now)
     if phase is JobPhase.EPILOG:
         following = state.next()
         assert following is not None  # EPILOG only expects PreRun..DataOut here
         return _enter(job, following, policy, now)
     return []
+
+
+def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """PreRun is ready: start the job with the workflow's environment (and token), or fail
+    it, naming the variable, when the environment could not be given to it."""
+    needs_token = token_required(wf.requires, wf.directives)
+    problem = env_problem(wf.env) or token_problem(
+        wf.token_secret, wf.name, wf.namespace, needs_token
+    )
+    if problem:
+        return _abort(job, f"{State.PRERUN.value}: {problem}", policy, now)
+    secret = token_secret_for(wf.name, wf.namespace) if wf.token_secret else None
+    return [FinishProlog(True, wf.env, secret, token_required=needs_token)]
 
 
 def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
@@ -418,15 +474,100 @@ def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
     return [ReleaseDependency(update)]
 
 
-def _teardown(job: JobView, wf: WorkflowView, now: float) -> list[Action]:
-    """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be."""
-    actions = _fail_prolog(job) if job.phase is JobPhase.PROLOG else []
+def _torn_down(job: JobView) -> list[Action]:
+    """A job whose workflow was sent to Teardown before it ran must not be left waiting:
+    fail it with the reason recorded with Teardown (should the first raise have been refused,
+    the workflow's own message is gone by now), and let go of its prolog."""
+    reason = job.teardown_reason or None
+    if job.phase is JobPhase.PROLOG:
+        return _fail_prolog(job, reason)
+    if job.phase in (JobPhase.DEPEND, JobPhase.SCHED):
+        return _fail(job, reason or "the job's workflow was torn down before the job could run")
+    return []
+
+
+def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be.
+
+    Nodes of a job whose Teardown failed may hold a stuck mount: with ``[dws]
+    drain-on-teardown-failure`` they are drained, so the next job does not land on them.
+    """
+    actions = _torn_down(job)
     if wf.complete:
         return [*actions, DeleteWorkflow()]
     stuck = _teardown_stuck(job, wf, now)
-    if stuck:
-        actions.append(PostEvent("dws-teardown-failed", {"workflow": wf.name, "reason": stuck}))
+    if stuck and job.teardown_failed:
+        actions.append(DeleteWorkflow())  # recorded (and drained) already
+    elif stuck:
+        drain = policy.drain_on_teardown_failure and bool(job.hosts)
+        context = {
+            "workflow": wf.name,
+            "reason": stuck,
+            "drained": list(job.hosts) if drain else [],
+        }
+        if drain:
+            why = f"workflow {wf.name} {stuck}"
+            actions.append(DrainNodes(job.hosts, job_reason(job.jobid, why)))
+        actions.append(PostEvent("dws-teardown-failed", context))
         actions.append(DeleteWorkflow())
+    return actions
+
+
+_TOLERANT_STATES = (State.SETUP, State.PRERUN)
+
+
+def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action] | None:
+    """Setup or PreRun failed on some nodes: go on without them if the job allows it.
+
+    None when this does not apply (the ordinary failure path decides).  With
+    ``dw_failure_tolerance`` 0 the failed nodes are still found first, so the job's note
+    names them.  A TransientCondition counts as a failure only for a job that tolerates some.
+    """
+    state = wf.desired_state
+    allowed = job.request.failure_tolerance if job.request is not None else 0
+    if state not in _TOLERANT_STATES or job.phase is not JobPhase.PROLOG:
+        return None
+    if not (wf.failed or (wf.transient and allowed > 0)) or wf.container.state.is_failure:
+        return None  # nothing failed, or a container did (never a node's fault alone)
+    if job.failures is None or job.failures.state != state.value:
+        return [ReadFailures(state)]
+    failures = job.failures
+    fresh = tuple(n for n in failures.nodes if n not in job.tolerated)
+    everyone = tuple(sorted({*job.tolerated, *fresh}))
+    combined = Failures(failures.state, everyone, failures.causes, failures.lustre)
+    note = tolerate(combined, allowed, job.hosts)
+    if note is not None:
+        if not combined.nodes and not combined.lustre:
+            return None  # nothing to name or tolerate: the ordinary failure path decides
+        said = wf.user_message or (
+            "workflow status is Error" if wf.failed else "TransientCondition"
+        )
+        return _abort(job, f"{state.value} failed: {said} ({note})", policy, now)
+    keep = tuple(h for h in job.hosts if h not in everyone)
+    actions: list[Action] = []
+    if fresh:
+        causes = {n: failures.causes.get(n, "") for n in fresh}
+        why = "; ".join(f"{n}: {c}" for n, c in causes.items())
+        actions.append(
+            DrainNodes(fresh, job_reason(job.jobid, f"{state.value} failed on this node: {why}"))
+        )
+        context = {
+            "state": state.value,
+            "nodes": list(fresh),
+            "all": list(everyone),
+            "tolerance": allowed,
+            "causes": causes,
+        }
+        actions.append(PostEvent("dws-tolerated", context))
+        actions.append(
+            RaiseException(
+                f"{state.value} failed on {', '.join(fresh)} ({why}); going on without "
+                f"{'it' if len(fresh) == 1 else 'them'} (dw_failure_tolerance={allowed}, "
+                f"{len(everyone)} used)",
+                severity=1,
+            )
+        )
+    actions.append(ForceReady(keep))
     return actions
 
 
@@ -449,7 +590,7 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
             return _release(job, None)
         return _release(job, "no workflow was ever created for this job")
     if job.posted_state is State.TEARDOWN or _fatal(job):
-        return _release(job, None)
+        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
     where = job.posted_state.value if job.posted_state else "Proposal"
     name = wf.name if wf is not None else "the job's workflow"
     return _release(job, f"{name} was deleted outside flux-dws while in {where}")
@@ -469,12 +610,9 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     events: list[Action] = []
     if not job.workflow_created:
         timeouts = job.request.describe_timeouts() if job.request else {}
-        events.append(
-            PostEvent(
-                "dws-workflow",
-                {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts},
-            )
-        )
+        tolerance = job.request.failure_tolerance if job.request else 0
+        context = {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts}
+        events.append(PostEvent("dws-workflow", {**context, "failure_tolerance": tolerance}))
     if job.proposal is not None and not job.proposal_recorded:
         events.append(PostEvent("dws-proposal", job.proposal.to_json()))
     state = wf.desired_state

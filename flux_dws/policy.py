@@ -97,6 +97,14 @@ class Policy:
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    # rabbit and node health (flux_dws.health, doc/guide/admin.rst):
+    drain_compute_nodes: bool = True  # drain nodes whose rabbit or rabbit link is down
+    drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
+    health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
+    failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
+    metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
+    max_directives: int = 100  # #DW directives one job may give
+    max_directives_bytes: int = 65536  # their total size in bytes (UTF-8)
     rabbit_scheduling: bool = False  # Fluxion's graph holds rabbits: rewrite #DW jobspecs
     storage_limits: Mapping[str, StorageLimit] = field(default_factory=FrozenMap)
     container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
@@ -197,17 +205,39 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     return value
 
 
+def _address(value: object, key: str) -> tuple[str, int]:
+    """``PORT`` (on the loopback address) or ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = _string(value, key)
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
+        raise _fail(key, f"invalid address {text!r}: must be PORT or HOST:PORT (port 0-65535)")
+    return host, int(port)
+
+
 #: The most of one container's log a site may keep: the job's KVS is not a log store.
 MAX_LOG_SIZE = 16 * 1024 * 1024
+
+
+def _size(value: object, key: str) -> int:
+    """A size in bytes, written as #DW capacities are ("1TiB", "500GB")."""
+    if not isinstance(value, str):
+        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {value!r}')
+    try:
+        return parse_size(value)
+    except DirectiveError as exc:
+        raise _fail(key, str(exc)) from None
 
 
 def _log_size(value: object, key: str) -> int:
     """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
     if isinstance(value, str):
-        try:
-            size = 0 if value.strip() in ("0", "0B") else parse_size(value)
-        except DirectiveError as exc:
-            raise _fail(key, str(exc)) from None
+        size = 0 if value.strip() in ("0", "0B") else _size(value, key)
     else:
         size = _count(value, key, zero=" (no logs)")
     if size > MAX_LOG_SIZE:
@@ -268,18 +298,6 @@ def _timeouts(value: object, key: str) -> dict[str, TimeoutBound]:
     return bounds
 
 
-def _size(value: object, key: str) -> int:
-    """A size in bytes, written as #DW capacities are ("1TiB", "500GB")."""
-    from flux_dws.directives import parse_size  # the one size grammar
-
-    if not isinstance(value, str):
-        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {value!r}')
-    try:
-        return parse_size(value)
-    except DirectiveError as exc:
-        raise _fail(key, str(exc)) from None
-
-
 def _storage_limits(value: object, key: str) -> dict[str, StorageLimit]:
     """Per file-system type: ``max-per-node`` and ``min-allocation`` sizes."""
     table = _table(value, key)
@@ -327,6 +345,13 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "heartbeat": ("heartbeat", _interval),
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
+    "drain-compute-nodes": ("drain_compute_nodes", _boolean),
+    "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
+    "health-interval": ("health_interval", _interval),
+    "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
+    "metrics-address": ("metrics_address", _address),
+    "max-directives": ("max_directives", partial(_count, least=1)),
+    "max-directives-bytes": ("max_directives_bytes", partial(_count, least=64)),
     "rabbit-scheduling": ("rabbit_scheduling", _boolean),
     "storage": ("storage_limits", _storage_limits),
     "container-log-size": ("container_log_size", _log_size),

@@ -12,8 +12,8 @@ is a cache of those, plus what it read from Proposal, which it reads again after
 
 from __future__ import annotations
 
-import errno
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -25,21 +25,22 @@ from flux_dws.actions import RETRY_MAX, RETRY_MIN, ActionRunner, Halt, Tracked, 
 from flux_dws.admission import ProposalWindow
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
-from flux_dws.flux.transport import RpcError
-from flux_dws.fsd import format_fsd
+from flux_dws.flux.resource import NodeControl
+from flux_dws.healthwatch import HealthMonitor
 from flux_dws.identity import JOBID_LABEL, owned_jobid
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.lifecycle import JobPhase
 from flux_dws.loop import Loop, Timer
+from flux_dws.notify import Notifier
 from flux_dws.policy import Policy
+from flux_dws.presence import Presence
 from flux_dws.reconcile import startup_order
 from flux_dws.record_actions import RecordRunner
 from flux_dws.states import State
+from flux_dws.upkeep import Upkeep
 from flux_dws.workflow import view_workflow
 
 log = logging.getLogger("flux-dws")
-
-WATCH_RETRY_MAX = 30.0
 
 
 def worker_for(policy: Policy) -> KubeWorker:
@@ -65,7 +66,7 @@ class Metrics:
     failures: Counter[str] = field(default_factory=Counter)
 
 
-class Service(RecordRunner, ActionRunner):
+class Service(Presence, RecordRunner, ActionRunner):
     """Drive every #DW job's workflow; see the module docstring."""
 
     def __init__(
@@ -77,6 +78,8 @@ class Service(RecordRunner, ActionRunner):
         kube: KubeClient,
         owner_uid: int,
         worker: KubeWorker | None = None,
+        nodes: NodeControl | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -88,7 +91,6 @@ class Service(RecordRunner, ActionRunner):
         self.metrics = Metrics()
         self.synced = False  # the plugin's snapshot has arrived
         self.listed = False  # the first list of our workflows has been delivered
-        self._api_down_since: float | None = None
         self._api_alarm: Timer | None = None
         self._watch: WorkflowWatch | None = None
         self._cancel_records: Callable[[], None] | None = None
@@ -103,6 +105,16 @@ class Service(RecordRunner, ActionRunner):
         self._inbox_queued = False
         self.window = ProposalWindow(policy.max_proposals)
         self.superseded = False  # another service took the job stream: this one stopped
+        # rabbit and node health (flux_dws.healthwatch); None where Flux's nodes are not ours
+        self.health: HealthMonitor | None = None
+        if nodes is not None:
+            self.health = HealthMonitor(
+                policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
+            )
+        self.reconciled_at: float | None = None  # the first full decision pass
+        self.last_reconcile = 0.0  # seconds the last full pass took on the loop
+        self._init_presence()
+        self.upkeep = Upkeep(self, notifier)
 
     # ------------------------------------------------------------------ start / stop
 
@@ -111,65 +123,44 @@ class Service(RecordRunner, ActionRunner):
         self._watch = WorkflowWatch(
             self.kube,
             self._on_workflow_event_thread,
-            on_health=lambda up, since: self.loop.call_soon(self._on_health, up, since),
+            on_health=lambda up, _since: self.upkeep.health.note(up, "workflow watch failed"),
             on_listed=lambda: self.loop.call_soon(self._on_listed),
         )
         self._watch.start()
         self._watch_records()
         self._heartbeat()
+        if self.health is not None:
+            self.health.start()
+        self.upkeep.start()
 
     def stop(self) -> None:
         """Stop watching; in-flight Kubernetes calls finish on their own."""
+        if not self._stopped:
+            self.upkeep.stop("stopping")
         self._stopped = True
         if self._cancel_records:
             self._cancel_records()
         if self._watch:
             self._watch.stop()
+        if self.health is not None:
+            self.health.stop()
         self.worker.stop()
         for tracked in self.jobs.values():
             if tracked.timer:
                 tracked.timer.cancel()
 
-    def _heartbeat(self) -> None:
-        if self._stopped:
-            return
-
-        def answered(_response: Any, error: RpcError | None) -> None:
-            if error is not None:
-                log.warning("heartbeat to the dws jobtap plugin failed: %s", error)
-
-        self.jm.heartbeat(answered)
-        self.loop.call_later(self.policy.heartbeat, self._heartbeat)
-
-    def _watch_records(self) -> None:
-        self._cancel_records = self.jm.watch(self._on_records, self._on_records_lost)
-
-    def _on_records_lost(self, error: RpcError) -> None:
-        if self._stopped:
-            return
-        if error.errnum == errno.ECANCELED:  # the plugin gave the stream to a newer service
-            log.error(
-                "another flux-dws service took over this instance's jobs (%s); stopping this one",
-                error.message,
-            )
-            self.superseded = True
-            self.stop()
-            self.loop.stop()
-            return
-        delay = self._records_retry
-        self._records_retry = min(delay * 2, WATCH_RETRY_MAX)
-        log.error(
-            "lost the job stream from the dws jobtap plugin (%s); jobs stay held; "
-            "reconnecting in %.1fs",
-            error,
-            delay,
-        )
-        self.loop.call_later(delay, self._watch_records)
-
     # ------------------------------------------------------------------ observations
 
     def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
         self._records_retry = RETRY_MIN
+        self._unloaded_since = None
+        if snapshot and self.role != "active":
+            log.info(
+                "active: this service (pid %d) is the active flux-dws service for this instance%s",
+                os.getpid(),
+                f", taking over from {self.peer}" if self.role == "standby" else "",
+            )
+            self.role = "active"
         if snapshot:
             held = {int(r["id"]) for r in records}
             for jobid, tracked in list(self.jobs.items()):
@@ -207,48 +198,17 @@ class Service(RecordRunner, ActionRunner):
 
     def _kick_all(self) -> None:
         """Decide for every job: in-flight ones first, then new ones in submit order."""
+        began = time.perf_counter()
         order = startup_order(
             (t.jobid, t.workflow is not None, float((t.record or {}).get("t_submit", 0.0)))
             for t in self.jobs.values()
         )
         for jobid in order:
             self._kick(jobid)
-
-    def _on_health(self, connected: bool, since: float) -> None:
-        """The watch found the API reachable or not: alarm if it stays down too long."""
-        if connected:
-            if self._api_down_since is not None:
-                log.info("Kubernetes API reachable again; carrying on")
-            self._api_down_since = None
-            if self._api_alarm:
-                self._api_alarm.cancel()
-                self._api_alarm = None
-            return
-        if self._api_down_since is not None:
-            return
-        self._api_down_since = since
-        log.warning(
-            "Kubernetes API unreachable; %d job(s) stay held, none is killed; "
-            "alarm if still down in %s",
-            len(self.jobs),
-            format_fsd(self.policy.api_alarm),
-        )
-        self._api_alarm = self.loop.call_at(since + self.policy.api_alarm, self._raise_api_alarm)
-
-    def _raise_api_alarm(self) -> None:
-        since = self._api_down_since
-        if since is None:
-            return
-        held = [t.jobid for t in self.jobs.values() if t.record is not None]
-        log.error(
-            "Kubernetes API unreachable for more than %s: %d #DW job(s) held and waiting; "
-            "check the API server and the kubeconfig",
-            format_fsd(self.policy.api_alarm),
-            len(held),
-        )
-        context = {"since": since, "note": "Kubernetes API unreachable; the job waits"}
-        for jobid in held:
-            self.jm.post(jobid, "dws-api-unreachable", context, lambda _r, _e: None)
+        if self.synced and self.listed:
+            self.last_reconcile = time.perf_counter() - began
+            if self.reconciled_at is None:
+                self.reconciled_at = time.time()
 
     def _on_workflow_event_thread(self, kind: str, obj: dict[str, Any]) -> None:
         """Called on the watch thread: stamp the time and leave the event in the inbox.
@@ -285,16 +245,20 @@ class Service(RecordRunner, ActionRunner):
             )
             return
         tracked = self._tracked(jobid)
+        tracked.unreadable = ""
         if kind == "DELETED":
             tracked.workflow, tracked.raw = None, None
         else:
             try:
                 tracked.workflow, tracked.raw = view_workflow(obj), obj
-            except ValueError as exc:
-                log.error("job %d: workflow %s is malformed: %s", jobid, _name(obj), exc)
-                return
+            except ValueError as exc:  # never "gone": the job is held until it can be read
+                tracked.unreadable, tracked.raw = str(exc), obj
         tracked.observed = seen
         self._kick(jobid)
+
+    def inbox_depth(self) -> int:
+        with self._inbox_lock:
+            return len(self._inbox)
 
     def _tracked(self, jobid: int) -> Tracked:
         if jobid not in self.jobs:
@@ -328,11 +292,12 @@ class Service(RecordRunner, ActionRunner):
             tracked.request,
             groupid=self._groupid(int(tracked.record["userid"])),
             proposal=tracked.proposal,
+            failures=tracked.failures,
         )
 
     def _decide(self, tracked: Tracked) -> None:
         job = self.view(tracked)
-        if job is None:
+        if job is None or self._unreadable(tracked):
             return
         if job.phase is JobPhase.GONE and tracked.workflow is None:
             self._forget(tracked)
@@ -387,7 +352,7 @@ class Service(RecordRunner, ActionRunner):
 
     def _run_chain(self, tracked: Tracked, chain: list[Any], index: int) -> None:
         if index == len(chain):
-            tracked.busy, tracked.retry = False, 0.0
+            tracked.busy, tracked.retry, tracked.failing_since = False, 0.0, None
             if tracked.dirty:
                 self._kick(tracked.jobid)
             return
@@ -413,6 +378,7 @@ class Service(RecordRunner, ActionRunner):
 
     def _chain_failed(self, tracked: Tracked, name: str, error: str) -> None:
         self.metrics.failures[name] += 1
+        self.note_error(f"job {tracked.jobid}: {name} failed: {error}")
         tracked.retry = min(max(tracked.retry * 2, RETRY_MIN), RETRY_MAX)
         log.warning(
             "job %d workflow %s: %s failed: %s; retrying in %.1fs",

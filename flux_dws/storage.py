@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.sanitize import ECHO_LIMIT, echo, one_line
+
 PER_COMPUTE = "AllocatePerCompute"
 PER_SERVER = "AllocatePerServer"
 ACROSS_SERVERS = "AllocateAcrossServers"
@@ -60,44 +62,91 @@ class AllocationNeed:
         )
 
 
-def needs_from_breakdowns(breakdowns: Sequence[Mapping[str, Any]]) -> tuple[AllocationNeed, ...]:
-    """Every allocation set of every ready breakdown; StorageError names a malformed one."""
+def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ...]:
+    """Every allocation set of every breakdown; StorageError, one line naming the breakdown
+    and the field, for one that reports an error or has a field of the wrong type."""
     needs: list[AllocationNeed] = []
-    for bd in breakdowns:
-        name = bd.get("metadata", {}).get("name", "?")
-        status = bd.get("status") or {}
-        if status.get("error"):
-            raise StorageError(f"DirectiveBreakdown {name}: {status['error']}")
-        storage = status.get("storage")
+    for i, bd in enumerate(breakdowns):
+        if not isinstance(bd, Mapping):
+            raise StorageError(f"DirectiveBreakdown [{i}] must be an object, not {_kind(bd)}")
+        meta = _mapping(bd, "metadata", f"DirectiveBreakdown [{i}]")
+        name = meta.get("name")
+        who = f"DirectiveBreakdown {_echo(name) if isinstance(name, str) else f'[{i}]'}"
+        status = _mapping(bd, "status", who)
+        error = status.get("error")
+        if error:
+            raise StorageError(f"{who}: {breakdown_error(error)}")
+        storage = _mapping(status, "storage", f"{who}: status")
         if not storage:
             continue
-        ref = storage.get("reference") or {}
-        servers = (ref.get("namespace", ""), ref.get("name", ""))
-        if not servers[1]:
-            raise StorageError(f"DirectiveBreakdown {name}: storage has no Servers reference")
-        for aset in storage.get("allocationSets") or []:
+        ref = _mapping(storage, "reference", f"{who}: status.storage")
+        namespace, server = ref.get("namespace") or "", ref.get("name") or ""
+        if not isinstance(namespace, str) or not isinstance(server, str):
+            raise StorageError(f"{who}: status.storage.reference must name a Servers resource")
+        if not server:
+            raise StorageError(f"{who}: storage has no Servers reference")
+        sets = storage.get("allocationSets") or []
+        if not isinstance(sets, (list, tuple)):
+            raise StorageError(f"{who}: status.storage.allocationSets must be a list")
+        for j, aset in enumerate(sets):
+            where = f"{who}: status.storage.allocationSets[{j}]"
+            if not isinstance(aset, Mapping):
+                raise StorageError(f"{where} must be an object, not {_kind(aset)}")
             strategy = aset.get("allocationStrategy")
             if strategy not in STRATEGIES:
-                raise StorageError(
-                    f"DirectiveBreakdown {name}: unknown allocationStrategy {strategy!r}"
-                )
+                raise StorageError(f"{who}: unknown allocationStrategy {_echo(strategy)}")
             capacity = aset.get("minimumCapacity")
             if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-                raise StorageError(
-                    f"DirectiveBreakdown {name}: minimumCapacity {capacity!r} is not a size"
-                )
-            count = (aset.get("constraints") or {}).get("count")
+                raise StorageError(f"{who}: minimumCapacity {_echo(capacity)} is not a size")
+            label = aset.get("label", "")
+            if not isinstance(label, str):
+                raise StorageError(f"{where}.label must be a string, not {_kind(label)}")
+            constraints = _mapping(aset, "constraints", where)
+            count = constraints.get("count")
+            if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+                raise StorageError(f"{where}.constraints.count must be an integer")
             needs.append(
                 AllocationNeed(
-                    breakdown=name,
-                    servers=servers,
-                    label=str(aset.get("label", "")),
+                    breakdown=name if isinstance(name, str) else f"[{i}]",
+                    servers=(namespace, server),
+                    label=label,
                     strategy=strategy,
                     capacity=capacity,
                     count=count if isinstance(count, int) and count > 0 else None,
                 )
             )
     return tuple(needs)
+
+
+def breakdown_error(error: Any) -> str:
+    """What the user is told of a DirectiveBreakdown's ``status.error`` (a DWS ResourceError:
+    userMessage, debugMessage, type, severity): its user-facing message, never the debug
+    detail, which is for the admin's logs."""
+    if not isinstance(error, Mapping):
+        return f"error {_echo(error)}"
+    kind, message = error.get("type"), error.get("userMessage")
+    kind = kind if isinstance(kind, str) and kind else ""
+    head = f"{one_line(kind, 20)} error" if kind else "error"
+    if isinstance(message, str) and message.strip():
+        return f"{head}: {one_line(message.strip(), 400)}"
+    return f"{head} (DWS gave no user message; the admin can read the DirectiveBreakdown)"
+
+
+def _mapping(data: Mapping[str, Any], key: str, who: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StorageError(f"{who}: {key} must be an object, not {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def _echo(value: Any) -> str:
+    return echo(value) if isinstance(value, str) else one_line(repr(value), ECHO_LIMIT)
 
 
 def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
@@ -117,11 +166,17 @@ def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
 def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]:
     """compute hostname -> rabbit name, from a DWS SystemConfiguration."""
     mapping: dict[str, str] = {}
-    spec = (system_configuration or {}).get("spec") or {}
-    for node in spec.get("storageNodes") or []:
-        for access in node.get("computesAccess") or []:
-            if access.get("name") and node.get("name"):
-                mapping[access["name"]] = node["name"]
+    config = system_configuration if isinstance(system_configuration, Mapping) else {}
+    spec = config.get("spec")
+    nodes = spec.get("storageNodes") if isinstance(spec, Mapping) else None
+    for node in nodes if isinstance(nodes, list) else []:  # a malformed entry serves nothing
+        if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
+            continue
+        accesses = node.get("computesAccess")
+        for access in accesses if isinstance(accesses, list) else []:
+            name = access.get("name") if isinstance(access, Mapping) else None
+            if isinstance(name, str) and name and node["name"]:
+                mapping[name] = node["name"]
     return mapping
 
 
@@ -149,7 +204,8 @@ def plan_servers(
     missing = [h for h in hosts if h not in rabbits]
     if missing:
         raise StorageError(
-            f"no rabbit serves compute node {missing[0]} (not in the SystemConfiguration)"
+            f"no rabbit serves compute node {one_line(missing[0], ECHO_LIMIT)}"
+            " (not in the SystemConfiguration)"
         )
     per_rabbit: dict[str, int] = {}
     for host in hosts:

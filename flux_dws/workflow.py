@@ -110,6 +110,7 @@ class WorkflowView:
     finalizers: tuple[str, ...]
     labels: Mapping[str, str] = field(hash=False)
     container: ContainerOutcome
+    requires: tuple[str, ...] = ()  # status.requires (e.g. copy-offload)
 
     @property
     def settled(self) -> bool:
@@ -222,6 +223,7 @@ def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
         container=container_outcome(
             directives, drivers, state, wf_status, message, status.raw("containers")
         ),
+        requires=status.strings("requires"),
     )
 
 

@@ -17,7 +17,10 @@
  * three heartbeats without a heartbeat or a watch request, the service counts as gone:
  * its watcher is dropped, every job held in DEPEND that has not been told since the
  * service left gets dws-waiting (and its service-wait timer), and so does every job
- * entering DEPEND until a service watches again.
+ * entering DEPEND until a service watches again.  One service is active at a time: a
+ * service watch arriving while one is active waits as a standby and gets the snapshot
+ * when the active one is gone (three silent heartbeats, or at once when its process on
+ * this host no longer exists).
  *
  * Use:    flux jobtap load /path/to/dws-jobtap.so   (it takes no options)
  *         or [job-manager] plugins = [ { load = "dws-jobtap.so" } ]
@@ -43,6 +46,8 @@
 #include <flux/core.h>
 #include <flux/jobtap.h>
 #include <flux/hostlist.h>
+#include <signal.h>
+#include <unistd.h>
 
 #define PLUGIN_NAME "dws"
 #define AUX_KEY "dws::job"
@@ -62,6 +67,10 @@ struct watcher {
     const flux_msg_t *msg;
     bool service;
     json_t *sent;
+    json_t *who;          // a service's {pid, host, since}, for a standby's logs
+    char sender[64];      // the client's route (its heartbeats come from the same one)
+    double last_heard;    // the last watch or heartbeat from this client (reactor time)
+    json_t *report;       // the active service's last heartbeat report, for list
     struct watcher *next;
 };
 
@@ -80,7 +89,7 @@ struct dwsjob {
     json_int_t userid;
     double t_submit;
     flux_job_state_t state;
-    json_t *attributes;   // {dw, dw_timeout} as submitted
+    json_t *attributes;   // {dw, dw_timeout, dw_failure_tolerance} as submitted
     json_t *hosts;        // expanded R execution.nodelist, [] until allocated
     json_t *rabbits;      // rabbit -> [hosts] from R's scheduling JGF, {} if none
     json_t *resources;    // jobspec resources, jobspec updates included
@@ -89,6 +98,8 @@ struct dwsjob {
 
     /* Derived from the eventlog, in eventlog order (apply_entry). */
     bool started;         // a "start" event was posted
+    double t_start;       // ... at this time
+    bool shells_gone;     // started in an earlier instance, never released: no shells
     bool released;        // a final "release" event was posted
     bool dep_used;        // dependency-add dws was ever posted
     bool dep_held;        // ... and not removed
@@ -130,6 +141,8 @@ struct plugin_ctx {
     double heartbeat;           // [dws] heartbeat, seconds
     struct dwsjob *jobs;        // sorted by id
     struct watcher *watchers;
+    struct watcher *standbys;   // service watches waiting for the active one to go
+    double broker_start;        // broker.starttime: older "start" events had other shells
     json_t *dirty;              // id -> latest record, not yet sent to watchers
     flux_watcher_t *soon;       // runs deferred work on the next reactor loop
     flux_watcher_t *presence;   // deadline for the service's next sign of life
@@ -427,11 +440,13 @@ static const char *job_phase (struct dwsjob *st)
         return "gone";
     if (st->prologs > 0)
         return "prolog";
-    /* Not at CLEANUP itself: a job that ran reaches CLEANUP at "finish", but its epilog
-     * starts only at "release" (the shells gone), and the epilog cannot be finished
-     * before it has started.
+    /* A job that ran is held from CLEANUP on (its epilog starts at "finish"), but it is
+     * in phase epilog, where the service tears its storage down, only once its shells
+     * are gone: at "release", or when it started in an earlier instance.
      */
-    if (st->state == FLUX_JOB_STATE_CLEANUP && (st->epilog_started || st->epilog_requested))
+    if (st->state == FLUX_JOB_STATE_CLEANUP
+        && (st->epilog_started || st->epilog_requested)
+        && (!st->started || st->released || st->shells_gone))
         return "epilog";
     if (st->started)
         return "run";
@@ -582,7 +597,8 @@ static void reset_derived (struct dwsjob *st)
     json_object_clear (st->dws);
     json_decref (st->exception);
     st->exception = NULL;
-    st->started = st->released = false;
+    st->started = st->released = st->shells_gone = false;
+    st->t_start = 0.;
     st->dep_used = st->dep_held = false;
     st->prologs = 0;
     st->prolog_active = st->prolog_started = false;
@@ -625,8 +641,10 @@ static void apply_entry (struct dwsjob *st, json_t *entry)
                                        "severity", severity,
                                        "note", note);
     }
-    else if (streq (name, "start"))
+    else if (streq (name, "start")) {
         st->started = true;
+        (void)json_unpack (entry, "{s:F}", "timestamp", &st->t_start);
+    }
     else if (streq (name, "release")) {
         int final = 0;
         if (json_unpack (context, "{s:b}", "final", &final) == 0 && final)
@@ -743,6 +761,10 @@ static struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
         json_object_set_new (st->attributes, "dw", json_deep_copy (value));
     if ((value = json_object_get (system, "dw_timeout")))
         json_object_set_new (st->attributes, "dw_timeout", json_deep_copy (value));
+    if ((value = json_object_get (system, "dw_failure_tolerance")))
+        json_object_set_new (st->attributes,
+                             "dw_failure_tolerance",
+                             json_deep_copy (value));
 
     /* Keep ctx->jobs sorted by id, so snapshots list jobs in submit order. */
     link = &ctx->jobs;
@@ -779,8 +801,49 @@ static void watcher_destroy (struct watcher *w)
     if (w) {
         flux_msg_decref (w->msg);
         json_decref (w->sent);
+        json_decref (w->who);
+        json_decref (w->report);
         free (w);
     }
+}
+
+static struct watcher *active_service (struct plugin_ctx *ctx)
+{
+    struct watcher *w = ctx->watchers;
+    while (w && !w->service)
+        w = w->next;
+    return w;
+}
+
+/* The request came from the client that opened ``w`` (same first route hop).
+ */
+static bool same_sender (struct watcher *w, const flux_msg_t *msg)
+{
+    const char *route = flux_msg_route_first (msg);
+    return route && w->sender[0] && streq (route, w->sender);
+}
+
+/* The active service ran on this host and its process no longer exists: it is gone
+ * for sure, without waiting for three heartbeats of silence.
+ */
+static bool service_process_gone (struct watcher *w)
+{
+    char host[256] = "";
+    json_int_t pid = 0;
+    const char *whost = NULL;
+
+    if (!w->who
+        || json_unpack (w->who, "{s:I s:s}", "pid", &pid, "host", &whost) < 0
+        || pid <= 0
+        || gethostname (host, sizeof (host) - 1) < 0
+        || !streq (host, whost))
+        return false;
+    return kill ((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+static double reactor_now (struct plugin_ctx *ctx)
+{
+    return flux_reactor_now (flux_get_reactor (ctx->h));
 }
 
 /* End a watch stream with an error response and forget it.
@@ -794,6 +857,11 @@ static void watcher_end (struct plugin_ctx *ctx,
 
     while (*link && *link != target)
         link = &(*link)->next;
+    if (!*link) {
+        link = &ctx->standbys;
+        while (*link && *link != target)
+            link = &(*link)->next;
+    }
     if (*link)
         *link = target->next;
     if (flux_respond_error (ctx->h, target->msg, errnum, text) < 0)
@@ -1006,6 +1074,8 @@ static void tell_waiting (struct dwsjob *st)
  * DEPEND now gets, a dws-waiting event and its service-wait timer.  A job submitted
  * just before the service died saw the stale watcher and got neither.
  */
+static bool promote_standby (struct plugin_ctx *ctx);
+
 static void presence_expired (flux_reactor_t *r,
                               flux_watcher_t *w,
                               int revents,
@@ -1026,6 +1096,8 @@ static void presence_expired (flux_reactor_t *r,
                   timeout);
         watcher_end (ctx, sw, ETIMEDOUT, text);
     }
+    if (promote_standby (ctx))
+        return;
     for (struct dwsjob *st = ctx->jobs; st; st = st->next) {
         if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held || st->rebuild_f)
             continue;
@@ -1083,6 +1155,17 @@ static void start_prolog (struct dwsjob *st)
     st->prolog_requested = true;
 }
 
+/* A job that started before this broker did and was never released (cleanup off at
+ * shutdown, then an exec exception on restart): its shells died with the old
+ * instance, and no release will ever say so.
+ */
+static void note_shells_gone (struct dwsjob *st)
+{
+    if (st->started && !st->released && st->t_start > 0.
+        && st->t_start < st->ctx->broker_start)
+        st->shells_gone = true;
+}
+
 static void start_epilog (struct dwsjob *st)
 {
     char idbuf[32];
@@ -1124,7 +1207,10 @@ static int reconcile_cb (flux_plugin_t *p,
                 start_prolog (st);
             break;
         case FLUX_JOB_STATE_CLEANUP:
-            if ((!st->started && st->prologs == 0) || st->released)
+            /* Started before this broker did and never released (cleanup off at
+             * shutdown, exec exception): those shells died with the old instance. */
+            note_shells_gone (st);
+            if (st->prologs == 0)
                 start_epilog (st);
             break;
         default:
@@ -1313,7 +1399,10 @@ static int state_cb (flux_plugin_t *p,
                     || flux_jobtap_job_event_posted (p, st->id, "start") == 1)
                     st->started = true;
             }
-            if (!st->started && st->prologs == 0 && !st->prolog_requested)
+            /* Hold the job from here whatever follows (a release may never come):
+             * job_phase() says "epilog" only once its shells are gone. */
+            note_shells_gone (st);
+            if (st->prologs == 0 && !st->prolog_requested)
                 start_epilog (st);
             break;
         case FLUX_JOB_STATE_INACTIVE:
@@ -1455,6 +1544,100 @@ static int lookup_dw_job (struct plugin_ctx *ctx,
     return fail (err, ENOENT, "job %lld is not held by the dws plugin", (long long)id);
 }
 
+/* Start ``w``'s stream with the snapshot; a service watcher becomes the active one.
+ * On failure ``w`` is destroyed.
+ */
+static int watcher_start (struct plugin_ctx *ctx, struct watcher *w)
+{
+    json_t *records;
+    size_t index;
+    json_t *record;
+
+    if (!(records = all_records (ctx))) {
+        flux_log (ctx->h, LOG_ERR, "dws: watch: out of memory");
+        watcher_destroy (w);
+        return -1;
+    }
+    json_array_foreach (records, index, record) {
+        char idstr[32];
+        json_int_t id = json_integer_value (json_object_get (record, "id"));
+        snprintf (idstr, sizeof (idstr), "%lld", (long long)id);
+        json_object_set (w->sent, idstr, record);
+    }
+    if (flux_respond_pack (ctx->h, w->msg, "{s:b s:o}",
+                           "snapshot", 1, "jobs", records) < 0) {
+        flux_log_error (ctx->h, "dws: responding to watch");
+        watcher_destroy (w);
+        return -1;
+    }
+    if (w->service) {
+        w->last_heard = reactor_now (ctx);
+        json_object_set_new (w->who, "since", json_real (w->last_heard));
+        service_back (ctx);
+        service_alive (ctx);
+    }
+    w->next = ctx->watchers;
+    ctx->watchers = w;
+    return 0;
+}
+
+static const char *who_text (json_t *who, char *buf, size_t size)
+{
+    json_int_t pid = 0;
+    const char *host = NULL;
+
+    (void)json_unpack (who, "{s?I s?s}", "pid", &pid, "host", &host);
+    if (pid <= 0)
+        snprintf (buf, size, "a service that gave no pid");
+    else if (host)
+        snprintf (buf, size, "pid %lld on %.64s", (long long)pid, host);
+    else
+        snprintf (buf, size, "pid %lld", (long long)pid);
+    return buf;
+}
+
+/* The active service is gone: the first standby still heard from takes over.
+ * Standbys silent for three heartbeats are dropped (their clients may be gone).
+ */
+static bool promote_standby (struct plugin_ctx *ctx)
+{
+    struct watcher *w;
+    char who[128];
+
+    while ((w = ctx->standbys)) {
+        ctx->standbys = w->next;
+        w->next = NULL;
+        if (reactor_now (ctx) - w->last_heard > presence_timeout (ctx)) {
+            if (flux_respond_error (ctx->h, w->msg, ETIMEDOUT,
+                                    "job-manager.dws.watch: standby silent") < 0)
+                flux_log_error (ctx->h, "dws: ending a standby watch");
+            watcher_destroy (w);
+            continue;
+        }
+        flux_log (ctx->h, LOG_WARNING,
+                  "dws: the flux-dws service is gone; the standby (%s) takes over",
+                  who_text (w->who, who, sizeof (who)));
+        if (watcher_start (ctx, w) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The active service's process is gone (see service_process_gone): end its stream
+ * and let a standby take over now.
+ */
+static void check_active (struct plugin_ctx *ctx)
+{
+    struct watcher *active = active_service (ctx);
+
+    if (active && service_process_gone (active)) {
+        watcher_end (ctx, active, ETIMEDOUT,
+                     "job-manager.dws.watch: the flux-dws service process is gone");
+        if (!promote_standby (ctx))
+            service_alive (ctx);  // the presence timer tells DEPEND jobs if none comes
+    }
+}
+
 static int watch_method (struct plugin_ctx *ctx,
                          const flux_msg_t *msg,
                          const char *method,
@@ -1465,9 +1648,11 @@ static int watch_method (struct plugin_ctx *ctx,
     json_t *o = json_object_get (payload, "service");
     bool service = false;
     struct watcher *w;
-    json_t *records;
-    size_t index;
-    json_t *record;
+    struct watcher *active;
+    const char *route = flux_msg_route_first (msg);
+    json_t *pid = json_object_get (payload, "pid");
+    json_t *host = json_object_get (payload, "host");
+    char who[128];
 
     if (!flux_msg_is_streaming (msg))
         return fail (err, EPROTO,
@@ -1478,42 +1663,49 @@ static int watch_method (struct plugin_ctx *ctx,
 
     if (!(w = calloc (1, sizeof (*w)))
         || !(w->sent = json_object ())
-        || !(records = all_records (ctx))) {
+        || !(w->who = json_object ())) {
         watcher_destroy (w);
         return fail (err, ENOMEM, "job-manager.dws.watch: out of memory");
     }
     w->msg = flux_msg_incref (msg);
     w->service = service;
-    json_array_foreach (records, index, record) {
-        char idstr[32];
-        json_int_t id = json_integer_value (json_object_get (record, "id"));
-        snprintf (idstr, sizeof (idstr), "%lld", (long long)id);
-        json_object_set (w->sent, idstr, record);
-    }
-    if (flux_respond_pack (ctx->h, msg, "{s:b s:o}",
-                           "snapshot", 1, "jobs", records) < 0) {
-        flux_log_error (ctx->h, "dws: responding to watch");
-        watcher_destroy (w);
+    snprintf (w->sender, sizeof (w->sender), "%s", route ? route : "");
+    if (json_is_integer (pid) && json_integer_value (pid) > 0)
+        json_object_set (w->who, "pid", pid);
+    if (json_is_string (host) && json_string_length (host) > 0
+        && json_string_length (host) < 256)
+        json_object_set (w->who, "host", host);
+    *response = NULL;  // answered here; the stream stays open
+
+    if (!service) {
+        (void)watcher_start (ctx, w);
         return 0;
     }
-    if (service) {
-        /* One service at a time: a restarted service replaces the old stream. */
-        struct watcher *old = ctx->watchers;
-        while (old && !old->service)
-            old = old->next;
-        if (old) {
-            flux_log (ctx->h, LOG_INFO,
-                      "dws: a new flux-dws service watch replaces the previous one");
-            watcher_end (ctx, old, ECANCELED,
-                         "job-manager.dws.watch: replaced by a newer flux-dws"
-                         " service watch");
-        }
-        service_back (ctx);
-        service_alive (ctx);
+    check_active (ctx);
+    if ((active = active_service (ctx)) && same_sender (active, msg))
+        watcher_end (ctx, active, ECANCELED,
+                     "job-manager.dws.watch: replaced by this client's new watch");
+    else if (active) {
+        /* One active service: this one waits as a standby, and takes over when the
+         * active one is gone (three heartbeats of silence, or its process gone). */
+        w->last_heard = reactor_now (ctx);
+        struct watcher **tail = &ctx->standbys;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = w;
+        if (flux_respond_pack (ctx->h, msg, "{s:b s:O}",
+                               "standby", 1, "active", active->who) < 0)
+            flux_log_error (ctx->h, "dws: responding to a standby watch");
+        /* ... and the active one learns that a standby waits (no records). */
+        if (flux_respond_pack (ctx->h, active->msg, "{s:b s:[] s:O}",
+                               "snapshot", 0, "jobs", "standby_waiting", w->who) < 0)
+            flux_log_error (ctx->h, "dws: telling the active service of a standby");
+        flux_log (ctx->h, LOG_INFO,
+                  "dws: a second flux-dws service (%s) waits as a standby",
+                  who_text (w->who, who, sizeof (who)));
+        return 0;
     }
-    w->next = ctx->watchers;
-    ctx->watchers = w;
-    *response = NULL;  // already answered; the stream stays open
+    (void)watcher_start (ctx, w);
     return 0;
 }
 
@@ -1525,8 +1717,28 @@ static int list_method (struct plugin_ctx *ctx,
                         struct rpc_error *err)
 {
     json_t *records = all_records (ctx);
+    struct watcher *active = active_service (ctx);
+    json_t *described = NULL;
+    int standbys = 0;
 
-    if (!records || !(*response = json_pack ("{s:o}", "jobs", records)))
+    for (struct watcher *w = ctx->standbys; w; w = w->next)
+        standbys++;
+    if (active
+        && (!(described = json_deep_copy (active->who))
+            || json_object_set_new (described, "heard",
+                                    json_real (reactor_now (ctx) - active->last_heard)) < 0
+            || json_object_set (described, "report",
+                                active->report ? active->report : json_null ()) < 0)) {
+        json_decref (described);
+        json_decref (records);
+        return fail (err, ENOMEM, "job-manager.dws.list: out of memory");
+    }
+    if (!records
+        || !(*response = json_pack ("{s:o s:{s:o s:i}}",
+                                    "jobs", records,
+                                    "service",
+                                      "active", described ? described : json_null (),
+                                      "standbys", standbys)))
         return fail (err, ENOMEM, "job-manager.dws.list: out of memory");
     return 0;
 }
@@ -1631,6 +1843,8 @@ static int epilog_finish_method (struct plugin_ctx *ctx,
         return -1;
     if (!st->epilog_active)
         return fail (err, EINVAL, "job %ju has no active dws epilog", (uintmax_t)st->id);
+    if (st->started && !st->released && !st->shells_gone)
+        return fail (err, EINVAL, "job %ju is still running its tasks", (uintmax_t)st->id);
     id = st->id;
     if (flux_jobtap_epilog_finish (ctx->p, id, PLUGIN_NAME, 0) < 0)
         return fail (err, errno, "job %ju: finishing the dws epilog failed: %s",
@@ -1729,8 +1943,24 @@ static int heartbeat_method (struct plugin_ctx *ctx,
                              json_t **response,
                              struct rpc_error *err)
 {
-    if (service_connected (ctx))
+    struct watcher *active = active_service (ctx);
+    json_t *report = json_object_get (payload, "report");
+
+    if (active && (same_sender (active, msg) || !active->sender[0])) {
         service_alive (ctx);
+        active->last_heard = reactor_now (ctx);
+        if (json_is_object (report)) {
+            json_decref (active->report);
+            active->report = json_incref (report);
+        }
+    }
+    else {
+        for (struct watcher *w = ctx->standbys; w; w = w->next) {
+            if (same_sender (w, msg))
+                w->last_heard = reactor_now (ctx);
+        }
+        check_active (ctx);
+    }
     *response = json_object ();
     return 0;
 }
@@ -1958,6 +2188,8 @@ static void ctx_destroy (struct plugin_ctx *ctx)
         ctx->destroying = true;
         while (ctx->watchers)
             watcher_end (ctx, ctx->watchers, ENOSYS, "job-manager.dws: plugin unloaded");
+        while (ctx->standbys)
+            watcher_end (ctx, ctx->standbys, ENOSYS, "job-manager.dws: plugin unloaded");
         while (ctx->saves) {
             struct pending_save *ps = ctx->saves;
             ctx->saves = ps->next;
@@ -2018,6 +2250,10 @@ int flux_plugin_init (flux_plugin_t *p)
     ctx->service_wait = INFINITY;
     ctx->heartbeat = DEFAULT_HEARTBEAT;
     ctx->queued_tail = &ctx->queued;
+    {
+        const char *start = flux_attr_get (h, "broker.starttime");
+        ctx->broker_start = start ? strtod (start, NULL) : 0.;
+    }
     snprintf (ctx->prefix, sizeof (ctx->prefix), "job-manager.%s.", PLUGIN_NAME);
     if (!(ctx->dirty = json_object ())
         || !(ctx->soon = flux_timer_watcher_create (r, 0., 0., soon_cb, ctx))

@@ -51,7 +51,7 @@ test_expect_success 'load the dws plugin; its methods are job-manager.dws.*' '
     flux jobtap list >list.out &&
     grep "^dws-jobtap.so$" list.out &&
     dws_rpc list >empty.out &&
-    echo "{\"jobs\": []}" >empty.expected &&
+    echo "{\"jobs\": [], \"service\": {\"active\": null, \"standbys\": 0}}" >empty.expected &&
     test_cmp empty.expected empty.out
 '
 
@@ -392,15 +392,16 @@ test_expect_success 'a cancel in SCHED never allocates; the epilog still holds t
     flux job wait-event -t $DWS_TIMEOUT $big clean
 '
 
-test_expect_success 'a job that exits on its own waits in the epilog after its tasks' '
+test_expect_success 'a job that exits on its own is held from finish, in phase epilog at release' '
     ok=$(submit_dw true) &&
     to_prolog $ok &&
     dws_rpc prolog-finish "{\"id\": $(dws_dec $ok), \"success\": true}" &&
     dws_wait_phase svc $ok epilog \
         "r[\"exception\"] is None and r[\"started\"] is True and r[\"dws\"][\"dws-environment\"] == {\"env\": {}}" &&
-    flux job eventlog $ok | awk "{print \$2}" | grep -A1 "^release$" | tail -1 >after-release &&
-    echo epilog-start >after-release.expected &&
-    test_cmp after-release.expected after-release &&
+    flux job eventlog $ok | awk "{print \$2}" | grep -A1 "^finish$" | tail -1 >after-finish &&
+    echo epilog-start >after-finish.expected &&
+    test_cmp after-finish.expected after-finish &&
+    flux job eventlog $ok | awk "{print \$2}" | grep -x release &&
     dws_rpc epilog-finish "{\"id\": $(dws_dec $ok)}" &&
     flux job wait-event -t $DWS_TIMEOUT $ok clean &&
     test "$(flux jobs -n -o "{result}" $ok)" = COMPLETED
@@ -410,7 +411,7 @@ test_expect_success 'a failed prolog without an exception still starts the job, 
     fj=$(submit_dw true) &&
     to_prolog $fj &&
     dws_rpc prolog-finish "{\"id\": $(dws_dec $fj), \"success\": false}" &&
-    flux job wait-event -t $DWS_TIMEOUT $fj epilog-start &&
+    flux job wait-event -t $DWS_TIMEOUT $fj release &&
     flux job eventlog $fj >fp.eventlog &&
     grep "prolog-finish description=\"dws\" status=1" fp.eventlog &&
     awk "{print \$2}" fp.eventlog | grep -x start &&
@@ -421,12 +422,27 @@ test_expect_success 'a failed prolog without an exception still starts the job, 
 
 # --------------------------------------------------------------- service presence
 
-test_expect_success 'a second service watch replaces the first, which ends' '
+test_expect_success 'a second service watch waits as a standby; the first stays active' '
+    lines=$(wc -l <svc.log) &&
     dws_watch_start svc2 --service --heartbeat 0.3 &&
-    flux python "$DWS_HELPER" wait-lines svc.log 2 $DWS_TIMEOUT &&
-    grep "\"error\": \"ECANCELED\"" svc.log &&
-    grep "replaced by a newer flux-dws service watch" svc.log &&
-    dws_watch_stop svc
+    flux python "$DWS_HELPER" wait-lines svc2.log 1 $DWS_TIMEOUT &&
+    head -1 svc2.log >standby.json &&
+    dws_json standby.json "r[\"standby\"] is True and \"since\" in r[\"active\"]" &&
+    flux python "$DWS_HELPER" wait-lines svc.log $((lines + 1)) $DWS_TIMEOUT &&
+    tail -1 svc.log >told.json &&
+    dws_json told.json "r[\"snapshot\"] is False and r[\"jobs\"] == [] and \"standby_waiting\" in r" &&
+    ! grep error svc.log &&
+    flux dmesg | grep "dws: a second flux-dws service (a service that gave no pid) waits as a standby" &&
+    dws_rpc list >two.json &&
+    dws_json two.json "r[\"service\"][\"standbys\"] == 1 and r[\"service\"][\"active\"] is not None"
+'
+
+test_expect_success 'the standby takes over within three heartbeats of the active one dying' '
+    dws_watch_stop svc &&
+    flux python "$DWS_HELPER" wait-lines svc2.log 2 $DWS_TIMEOUT &&
+    sed -n 2p svc2.log >takeover.json &&
+    dws_json takeover.json "r[\"snapshot\"] is True" &&
+    flux dmesg | grep "the flux-dws service is gone; the standby (a service that gave no pid) takes over"
 '
 
 test_expect_success 'a watch with service false is not the service' '
@@ -451,7 +467,7 @@ test_expect_success 'heartbeat answers {}' '
 
 test_expect_success 'a plugin remove ends every stream with ENOSYS' '
     dws_remove_plugin &&
-    flux python "$DWS_HELPER" wait-lines svc2.log 2 $DWS_TIMEOUT &&
+    flux python "$DWS_HELPER" wait-lines svc2.log 3 $DWS_TIMEOUT &&
     tail -1 svc2.log >gone.json &&
     dws_json gone.json "r == {\"error\": \"ENOSYS\", \"message\": \"job-manager.dws: plugin unloaded\"}" &&
     dws_watch_stop svc2

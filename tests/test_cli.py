@@ -470,7 +470,7 @@ def test_without_a_flux_instance_each_command_says_so_in_one_line():
 
 
 def test_usage_errors_are_one_line_and_no_arguments_prints_usage():
-    code, out, err = run(["status"])
+    code, out, err = run(["logs"])
     assert code == 2 and len(err.splitlines()) == 1 and "JOBID" in err
     code, out, err = run(["frobnicate"])
     assert code == 2 and len(err.splitlines()) == 1 and "frobnicate" in err

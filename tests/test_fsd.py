@@ -56,10 +56,38 @@ def test_parse_fsd_rejects_booleans(value: bool) -> None:
         parse_fsd(value)
 
 
-@pytest.mark.parametrize("value", [-1, -0.5, math.nan])
-def test_parse_fsd_rejects_negative_and_nan_numbers(value: float) -> None:
+@pytest.mark.parametrize("value", [-1, -0.5])
+def test_parse_fsd_rejects_negative_numbers(value: float) -> None:
     with pytest.raises(ValueError, match="must not be negative"):
         parse_fsd(value)
+
+
+@pytest.mark.parametrize("value", [math.nan, "nan", "NaN"])
+def test_parse_fsd_says_nan_is_not_a_duration(value: object) -> None:
+    with pytest.raises(ValueError, match="NaN is not a number of seconds"):
+        parse_fsd(value)
+
+
+@pytest.mark.parametrize("value", ["３０m", "٣s", "1.５h", "²s"])
+def test_parse_fsd_takes_ascii_digits_only(value: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_fsd(value)
+
+
+@pytest.mark.parametrize("value", ["1e400s", "1e400", "1e308d", "9" * 400 + "s"])
+def test_parse_fsd_out_of_range_is_refused_not_unlimited(value: str) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        parse_fsd(value)
+
+
+def test_parse_fsd_echoes_input_escaped_and_cut_short() -> None:
+    value = "\x1b[31m" + "x" * 500 + "\n\x00"
+    with pytest.raises(ValueError) as info:
+        parse_fsd(value)
+    message = str(info.value)
+    assert "\x1b" not in message and "\x00" not in message and "\n" not in message
+    assert "\\x1b[31m" in message
+    assert len(message) < 160
 
 
 def test_parse_fsd_huge_integer_is_a_value_error() -> None:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flux_dws import lifecycle as lc
+from flux_dws.health import Failures
 from flux_dws.identity import FINALIZER
 from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo, decide
 from flux_dws.policy import policy_from_table
@@ -106,6 +107,17 @@ def moves(actions: list[lc.Action]) -> list[lc.Action]:
     return [a for a in actions if not isinstance(a, lc.PostEvent)]
 
 
+def tears_down(actions: list[lc.Action]) -> bool:
+    """Teardown is asked for, before the job is failed or its prolog let go (so it is asked
+    even should Flux refuse the exception)."""
+    kinds_ = moves(actions)
+    teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    if teardown not in kinds_:
+        return False
+    first = kinds_.index(teardown)
+    return all(not isinstance(a, (lc.RaiseException, lc.FinishProlog)) for a in kinds_[:first])
+
+
 def of(actions: list[lc.Action], kind: type) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
@@ -180,8 +192,9 @@ def test_setup_done_goes_straight_to_datain_then_prerun():
 def test_prerun_ready_starts_the_job_with_the_workflow_environment_and_token():
     env = {"DW_JOB_scratch": "/mnt/nnf/x-0"}
     j = job(JobPhase.PROLOG, **recorded(State.PRERUN))
-    actions = decide(j, wf(State.PRERUN, env=env, token=("default", "tok")), POLICY, NOW)
-    assert actions == [lc.FinishProlog(True, env, ("default", "tok"))]
+    secret = ("default", f"{NAME}-token")
+    actions = decide(j, wf(State.PRERUN, env=env, token=secret), POLICY, NOW)
+    assert actions == [lc.FinishProlog(True, env, secret)]
 
 
 def test_running_job_leaves_prerun_alone():
@@ -229,12 +242,14 @@ PHASE_FOR = {
 @pytest.mark.parametrize("state", ACTIVE_STATES)
 def test_error_in_any_state_raises_the_message_and_tears_down_at_once(state):
     phase = PHASE_FOR[state]
-    j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state))
+    # Setup and PreRun first look for the nodes that failed: here none is identified
+    found = {"failures": Failures(state.value)} if state in (State.SETUP, State.PRERUN) else {}
+    j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state), **found)
     message = "DW Directive 0: User error: no space left"
     actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
     raised = of(actions, lc.RaiseException)
     assert [r.note for r in raised] == [f"{state.value} failed: User error: no space left"]
-    assert moves(actions)[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert tears_down(actions)
     assert (lc.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
     assert not of(actions, lc.ReleaseDependency)
 
@@ -249,8 +264,11 @@ def test_prerun_container_failure_cancels_before_start_with_the_reason():
     actions = decide(
         j, wf(State.PRERUN, ready=False, status=Status.ERROR, container=outcome), POLICY, NOW
     )
-    # the containers' output is saved (and dws-container posted) before anything else
-    assert kinds(actions) == ["SaveOutput", "RaiseException", "FinishProlog", "SetDesiredState"]
+    # the containers' output is saved (and dws-container posted) before anything else; then
+    # Teardown is asked, before the job is failed (so it is asked should Flux refuse that)
+    assert kinds(actions) == ["SaveOutput", "SetDesiredState", "RaiseException", "FinishProlog"]
+    (teardown,) = [e for e in of(actions, lc.PostEvent) if e.name == "dws-state"]
+    assert "failed to start after 300 seconds" in teardown.context["reason"]
     assert "failed to start after 300 seconds" in of(actions, lc.RaiseException)[0].note
     assert of(actions, lc.FinishProlog)[0].success is False
     (container,) = of(actions, lc.SaveOutput)
@@ -299,7 +317,7 @@ def test_transient_condition_is_tolerated_for_the_grace_period_then_fails():
     assert kinds(waiting) == ["WakeAt"] and of(waiting, lc.WakeAt)[0].time == NOW + 30
     late = decide(j, transient, POLICY, NOW + 30)
     assert "TransientCondition for more than 30s" in of(late, lc.RaiseException)[0].note
-    assert moves(late)[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert tears_down(late)
 
 
 def test_user_transient_grace_is_used():
@@ -328,7 +346,7 @@ def test_a_state_past_its_deadline_fails_naming_state_and_timeout(state):
     actions = decide(j, wf(state, ready=False), POLICY, NOW)
     (raised,) = of(actions, lc.RaiseException)
     assert raised.note.startswith(f"{state.value} did not complete within 1.5m")
-    assert moves(actions)[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert tears_down(actions)
 
 
 def test_deadline_does_not_apply_once_the_state_is_ready():
@@ -361,7 +379,7 @@ def test_one_cancel_is_enough_to_reach_teardown_with_hurry(phase, state):
     j = job(phase, started=started, exception=JobException("cancel"), **recorded(state))
     actions = decide(j, wf(state, ready=False), POLICY, NOW)
     assert not of(actions, lc.RaiseException)
-    assert moves(actions)[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert tears_down(actions)
 
 
 def test_cancel_in_depend_before_the_workflow_exists_creates_nothing():
@@ -385,7 +403,7 @@ def test_job_that_never_started_goes_straight_to_teardown():
         proposal=ProposalInfo(),
         **recorded(State.PROPOSAL),
     )
-    assert moves(decide(j, wf(), POLICY, NOW))[-1] == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert tears_down(decide(j, wf(), POLICY, NOW))
 
 
 # ----------------------------------------------------------------------------- vanishing
@@ -664,6 +682,10 @@ def test_every_state_status_phase_gives_only_legal_consistent_actions(
         assert not of(actions, lc.RaiseException), "a second fatal exception"
     if settled and status is Status.ERROR and state is not State.TEARDOWN:
         teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
+        if of(actions, lc.ReadFailures):  # Setup/PreRun: find the failed nodes first
+            assert phase is JobPhase.PROLOG and state in (State.SETUP, State.PRERUN)
+            assert actions == [lc.ReadFailures(state)]
+            return
         assert teardown in actions
         assert j.exception or of(actions, lc.RaiseException)
 

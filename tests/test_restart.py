@@ -130,16 +130,3 @@ def _workflow(name: str, instance: str | None, jobid: str) -> dict:
             "dwDirectives": [JOBDW],
         },
     }
-
-
-def test_a_second_service_takes_over_and_the_first_stops(stack):
-    if stack.service is None:
-        return  # a service process (the real plugin's side is in t/t0001): watched in-process
-    first = stack.service
-    stack.start_service()
-    deadline = time.monotonic() + 10
-    while not first.superseded:
-        assert time.monotonic() < deadline, "the first service did not notice the takeover"
-        time.sleep(0.02)
-    info = stack.wait(stack.submit(JOBDW, runtime=0.05))
-    assert info.result == "COMPLETED" and len(info.events("dws-workflow")) == 1

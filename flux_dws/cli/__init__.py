@@ -43,8 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"flux-dws {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("status", help="a job's workflow: timeline, timeouts, outcome")
-    p.add_argument("jobid", metavar="JOBID")
+    p = sub.add_parser(
+        "status",
+        help="a job's workflow: timeline, timeouts, outcome; without JOBID, the service's health",
+    )
+    p.add_argument("jobid", metavar="JOBID", nargs="?")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("list", help="this instance's workflows")

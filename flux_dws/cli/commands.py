@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
+from flux_dws.cli.health import build_health, health_json, render_health
 from flux_dws.cli.inventory import filter_rows, list_rows
 from flux_dws.cli.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.records import copies, render_copies, render_output
@@ -67,6 +68,15 @@ def _live_workflow(
 
 
 def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:
+    if args.jobid is None:  # no job: the service's health at a glance
+        view = build_health(source.plugin_list(), now)
+        if args.json:
+            print(dumps(health_json(view)), file=out)
+        else:
+            prefix = f58_prefix(out)
+            lines = render_health(view, now, lambda jobid: f58(jobid, prefix))
+            print("\n".join(lines), file=out)
+        return 0
     jobid = parse_jobid(args.jobid)
     eventlog = source.eventlog(jobid)
     workflow, note = _live_workflow(source, eventlog)

@@ -38,6 +38,9 @@ class Source(Protocol):
     def eventlog(self, jobid: int) -> list[dict[str, Any]]:
         """The job's main eventlog, oldest first; SourceError for an unknown job."""
 
+    def plugin_list(self) -> dict[str, Any]:
+        """The plugin's whole ``list`` answer: ``jobs`` and ``service`` (doc/protocol.rst)."""
+
     def held_jobs(self) -> list[dict[str, Any]]:
         """The dws plugin's records of the jobs it holds (doc/protocol.rst)."""
 
@@ -164,7 +167,10 @@ class FluxSource(_KubeMixin):
             raise SourceError(f"job {jobid}: unreadable eventlog: {exc}") from None
 
     def held_jobs(self) -> list[dict[str, Any]]:
-        return list(self._rpc("job-manager.dws.list", {}, "dws plugin").get("jobs") or [])
+        return list(self.plugin_list().get("jobs") or [])
+
+    def plugin_list(self) -> dict[str, Any]:
+        return self._rpc("job-manager.dws.list", {}, "dws plugin")
 
     def saved(self, jobid: int, key: str) -> Any:
         payload = {"id": jobid, "keys": [key], "flags": 0}
@@ -207,7 +213,10 @@ class StackSource(_KubeMixin):
             raise SourceError(f"job {jobid}: not your job") from None
 
     def held_jobs(self) -> list[dict[str, Any]]:
-        """Through the plugin's ``list`` method, on a connection of our own."""
+        return list(self.plugin_list().get("jobs") or [])
+
+    def plugin_list(self) -> dict[str, Any]:
+        """The plugin's ``list`` answer, on a connection of our own."""
         from flux_dws.loop import Loop
 
         connect = getattr(self.stack.flux, "connect", None)
@@ -232,7 +241,7 @@ class StackSource(_KubeMixin):
             loop.join(5)
         if box["error"] is not None:
             raise SourceError(f"dws plugin: {box['error']}")
-        return list((box["response"] or {}).get("jobs") or [])
+        return dict(box["response"] or {})
 
 
 def _json(text: Any, jobid: int, key: str) -> Any:

@@ -13,10 +13,14 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
+from flux_dws.sanitize import json_safe, one_line
 
 log = logging.getLogger(__name__)
 
 RecordsCallback = Callable[[list[dict[str, Any]], bool], None]
+
+#: The longest exception note sent (DWS messages can be any size).
+NOTE_LIMIT = 1024
 
 #: Errors that say a request already took effect (or can no longer): not worth a retry.
 SETTLED_ERRNOS = frozenset({errno.EINVAL, errno.ENOENT})
@@ -30,22 +34,43 @@ class JobManager:
         self.sent: dict[str, int] = {}
 
     def _rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
+        """Send one request; nothing jansson refuses leaves here (flux_dws.sanitize), so a
+        NUL in a DWS message can never make the plugin refuse the request."""
         self.sent[method] = self.sent.get(method, 0) + 1
-        self.transport.rpc(method, payload, on_done)
+        self.transport.rpc(method, json_safe(payload), on_done)
 
     def watch(
-        self, on_records: RecordsCallback, on_lost: Callable[[RpcError], None]
+        self,
+        on_records: RecordsCallback,
+        on_lost: Callable[[RpcError], None],
+        *,
+        who: Mapping[str, Any] | None = None,
+        on_standby: Callable[[dict[str, Any]], None] | None = None,
+        on_standby_waiting: Callable[[dict[str, Any]], None] | None = None,
     ) -> Callable[[], None]:
-        """Stream job records: the snapshot first, then every change (see the protocol)."""
+        """Stream job records: the snapshot first, then every change (see the protocol).
+
+        ``who`` ({"pid", "host"}) describes this service to the plugin.  While another
+        service is active the plugin answers ``{"standby": true, "active": {...}}`` first
+        (``on_standby(active)``); the snapshot follows if this one takes over.  The active
+        service hears of each standby that comes (``on_standby_waiting(standby)``).
+        """
 
         def on_response(response: Payload | None, error: RpcError | None) -> None:
             if error is not None:
                 on_lost(error)
+            elif response is not None and response.get("standby") is True:
+                if on_standby is not None:
+                    active = response.get("active")
+                    on_standby(active if isinstance(active, dict) else {})
             elif response is not None:
+                waiting = response.get("standby_waiting")
+                if isinstance(waiting, dict) and on_standby_waiting is not None:
+                    on_standby_waiting(waiting)
                 on_records(list(response.get("jobs", [])), bool(response.get("snapshot")))
 
         self.sent["watch"] = self.sent.get("watch", 0) + 1
-        return self.transport.stream("watch", {"service": True}, on_response)
+        return self.transport.stream("watch", {"service": True, **(who or {})}, on_response)
 
     def release(self, jobid: int, update: Mapping[str, Any], on_done: Callback) -> None:
         self._rpc("release", {"id": jobid, "update": dict(update)}, on_done)
@@ -64,15 +89,19 @@ class JobManager:
     def raise_exception(
         self, jobid: int, type_: str, severity: int, note: str, on_done: Callback
     ) -> None:
+        note = one_line(note, NOTE_LIMIT)
         payload = {"id": jobid, "type": type_, "severity": severity, "note": note}
         self._rpc("raise", payload, on_done)
 
-    def heartbeat(self, on_done: Callback) -> None:
-        """Tell the plugin the service is alive (it cannot see a client disconnect)."""
-        self._rpc("heartbeat", {}, on_done)
+    def heartbeat(self, on_done: Callback, report: Mapping[str, Any] | None = None) -> None:
+        """Tell the plugin the service is alive (it cannot see a client disconnect); the
+        plugin keeps the active service's ``report`` for `flux dws status`."""
+        self._rpc("heartbeat", {"report": dict(report)} if report else {}, on_done)
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
-        self._rpc("post", {"id": jobid, "name": name, "context": dict(context)}, on_done)
+        """Post a dws-* event; its strings come from DWS, so control characters are escaped."""
+        context = json_safe(dict(context), text=True)
+        self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
 
     def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
         """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""

@@ -65,15 +65,24 @@ class FluxLoop(Loop):
 
 
 class FluxTransport:
-    """doc/protocol.rst over a Flux handle; call only on the FluxLoop's thread."""
+    """doc/protocol.rst over a Flux handle; call only on the FluxLoop's thread.
 
-    def __init__(self, handle: Any) -> None:
+    A request the handle cannot even send (the broker is gone: EPIPE, ECONNRESET) fails
+    like any other, through its callback (``defer``: the loop's call_soon, so the caller's
+    own frame has returned first), never as an exception in the caller.
+    """
+
+    def __init__(self, handle: Any, defer: Callable[..., None] | None = None) -> None:
         self.handle = handle
+        self._defer = defer or (lambda fn, *args: fn(*args))
         self._streams: list[dict[str, bool]] = []
 
     def rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
-        future = self.handle.rpc(TOPIC_PREFIX + method, payload)
-        future.then(self._answered, on_done)
+        try:
+            future = self.handle.rpc(TOPIC_PREFIX + method, payload)
+            future.then(self._answered, on_done)
+        except OSError as exc:
+            self._defer(on_done, None, RpcError(exc.errno or 0, exc.strerror or str(exc)))
 
     @staticmethod
     def _answered(future: Any, on_done: Callback) -> None:
@@ -89,8 +98,12 @@ class FluxTransport:
 
         state = {"open": True}
         self._streams.append(state)
-        future = self.handle.rpc(TOPIC_PREFIX + method, payload, flags=FLUX_RPC_STREAMING)
-        future.then(self._streamed, on_response, state)
+        try:
+            future = self.handle.rpc(TOPIC_PREFIX + method, payload, flags=FLUX_RPC_STREAMING)
+            future.then(self._streamed, on_response, state)
+        except OSError as exc:
+            state["open"] = False
+            self._defer(on_response, None, RpcError(exc.errno or 0, exc.strerror or str(exc)))
 
         def cancel() -> None:
             state["open"] = False

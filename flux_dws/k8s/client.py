@@ -8,6 +8,7 @@ for retryable failures (connection trouble, 429, 5xx), at most ``retries`` times
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
@@ -27,6 +28,7 @@ from flux_dws.k8s.backoff import backoff_delay, retry_after
 from flux_dws.k8s.errors import (
     KubeError,
     KubeSetupError,
+    NameTaken,
     WorkflowRejected,
     describe_status,
     is_retryable_status,
@@ -35,6 +37,7 @@ from flux_dws.k8s.errors import (
 )
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
+    CLIENTMOUNTS,
     COMPUTES,
     CONTAINER_PROFILES,
     DWS_GROUP,
@@ -44,9 +47,12 @@ from flux_dws.k8s.resources import (
     STORAGES,
     SYSTEM_CONFIGURATION,
     SYSTEM_CONFIGURATIONS,
+    SYSTEM_STATUS,
+    SYSTEM_STATUSES,
     WORKFLOWS,
     ApiVersions,
     ServedGroup,
+    breakdown_refs,
     choose_versions,
     computes_patch,
     container_profile_name,
@@ -135,6 +141,16 @@ class _AtMostEvery:
             configuration.refresh_api_key_hook = self
 
 
+class RequestObserver(Protocol):
+    """Told of every request attempt (API health, metrics); called on the calling thread."""
+
+    def attempt_started(self, verb: str, resource: str) -> Any:
+        """An attempt begins; the value returned comes back to ``attempt_ended``."""
+
+    def attempt_ended(self, token: Any, verb: str, code: int | None, attempt: int) -> None:
+        """It ended with HTTP status ``code`` (None: no HTTP answer); ``attempt`` > 1 is a retry."""
+
+
 class KubeClient:
     """The DWS and NNF requests of one Flux instance, in one namespace."""
 
@@ -162,10 +178,12 @@ class KubeClient:
         self.backoff_max = backoff_max
         self.host = api_client.configuration.host
         self.counts: Counter[str] = Counter()
+        self.observer: RequestObserver | None = None
         self._lock = threading.Lock()
         self._api = api_client
         self._custom = k8s.CustomObjectsApi(api_client)
         self._core = k8s.CoreV1Api(api_client)
+        self._merge_patch = merge_patch_kwargs(self._custom.patch_namespaced_custom_object)
 
     @classmethod
     def connect(
@@ -232,12 +250,22 @@ class KubeClient:
 
     # -- discovery -----------------------------------------------------------------------
 
+    def ping(self) -> None:
+        """GET /version once, no retries: is the server answering at all (API health probe)?"""
+
+        def fetch() -> Any:
+            return k8s.VersionApi(self._api).get_code(
+                _preload_content=False, _request_timeout=self.timeout
+            )
+
+        self._call("get", "version", "/version", fetch, timeout_arg=False, retries=0)
+
     def served_groups(self) -> dict[str, ServedGroup]:
         """API group -> served versions, from the API server's discovery document."""
 
         def fetch() -> Any:
             resp = k8s.ApisApi(self._api).get_api_versions(
-                _preload_content=False, _request_timeout=self.timeout
+                _preload_content=False, _request_timeout=self._timeouts()
             )
             return json.loads(resp.data)
 
@@ -302,13 +330,13 @@ class KubeClient:
         if existing is not None and is_ours(existing, self.identity, jobid):
             log.info("workflow %s for job %d already exists; adopting it", name, jobid)
             return existing
+        if existing is not None:
+            raise NameTaken("create", "workflow", self._workflow(name))
         raise KubeError(
             "create",
             "workflow",
             self._workflow(name),
-            "already exists and is not this instance's (ownership labels differ)"
-            if existing is not None
-            else "conflicted with an object that has since disappeared",
+            "conflicted with an object that has since disappeared",
             status=409,
         )
 
@@ -390,7 +418,7 @@ class KubeClient:
         """The DirectiveBreakdowns listed in ``status.directiveBreakdowns``, in that order."""
         default_ns = (workflow.get("metadata") or {}).get("namespace") or self.namespace
         breakdowns = []
-        for ref in (workflow.get("status") or {}).get("directiveBreakdowns") or []:
+        for ref in breakdown_refs(workflow):
             namespace = ref.get("namespace") or default_ns
             obj = self._get(
                 "directivebreakdown",
@@ -429,6 +457,8 @@ class KubeClient:
             name,
         )
 
+    # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.health) --------------
+
     def list_storages(self) -> list[dict]:
         """Every rabbit's Storage resource (capacity, health, links to its computes)."""
         found = self._call(
@@ -443,6 +473,76 @@ class KubeClient:
         )
         items = found.get("items") if isinstance(found, Mapping) else None
         return [i for i in items or [] if isinstance(i, dict)]
+
+    def read_system_status(self) -> dict | None:
+        namespace, name = SYSTEM_STATUS
+        return self._get(
+            "systemstatus",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_STATUSES,
+            name,
+        )
+
+    def write_system_status(self, patch: dict, exists: bool) -> dict:
+        """Merge-patch SystemStatus default/default, or create it holding ``patch``."""
+        namespace, name = SYSTEM_STATUS
+        if exists:
+            return self._patch("systemstatus", namespace, name, SYSTEM_STATUSES, patch)
+        body = {
+            "apiVersion": f"{DWS_GROUP}/{self.versions.workflow}",
+            "kind": "SystemStatus",
+            "metadata": {"name": name, "namespace": namespace},
+            **patch,
+        }
+        return self._call(
+            "create",
+            "systemstatus",
+            f"{namespace}/{name}",
+            self._custom.create_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_STATUSES,
+            body,
+        )
+
+    def list_clientmounts(self, workflow: str, namespace: str | None = None) -> list[dict]:
+        """The ClientMounts of a workflow (one per compute node, in the node's namespace)."""
+        selector = (
+            f"{DWS_GROUP}/workflow.name={workflow},"
+            f"{DWS_GROUP}/workflow.namespace={namespace or self.namespace}"
+        )
+        result = self._call(
+            "list",
+            "clientmounts",
+            workflow,
+            self._custom.list_cluster_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            CLIENTMOUNTS,
+            label_selector=selector,
+        )
+        return list(result.get("items") or [])
+
+    def read_servers(self, namespace: str, name: str) -> dict | None:
+        return self._get(
+            "servers",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SERVERS,
+            name,
+        )
+
+    def force_ready(self, name: str) -> dict:
+        """spec.forceReady: DWS takes the current state as ready (failure tolerance)."""
+        return self._patch(
+            "workflow", self.namespace, name, WORKFLOWS, {"spec": {"forceReady": True}}
+        )
 
     def read_container_profile(self, workflow: Mapping) -> dict | None:
         """The container profile nnf-sos pinned for this workflow, or None.
@@ -469,7 +569,7 @@ class KubeClient:
 
         def fetch() -> Any:
             resp = self._core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
+                name, namespace, _preload_content=False, _request_timeout=self._timeouts()
             )
             return json.loads(resp.data)
 
@@ -561,6 +661,12 @@ class KubeClient:
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _timeouts(self) -> tuple[float, float]:
+        """(connect, read) seconds for one attempt.  A pair, never one number: clients
+        before the pydantic-generated ones take a lone timeout only as an int and silently
+        ignore a float, which would leave a hanging request without any bound."""
+        return (self.timeout, self.timeout)
+
     def workflow_name(self, jobid: int) -> str:
         return workflow_name(self.identity, jobid)
 
@@ -599,8 +705,8 @@ class KubeClient:
             plural,
             name,
             body,
-            _content_type=MERGE_PATCH,
             retry_conflict=retry_conflict,
+            **self._merge_patch,
         )
 
     def _call(
@@ -612,6 +718,7 @@ class KubeClient:
         *args: Any,
         retry_conflict: bool = False,
         timeout_arg: bool = True,
+        retries: int | None = None,
         **kwargs: Any,
     ) -> T:
         """One request with a timeout per attempt and bounded, jittered retries.
@@ -620,15 +727,21 @@ class KubeClient:
         with another writer; sending the same patch again is correct.
         """
         if timeout_arg:
-            kwargs["_request_timeout"] = self.timeout
+            kwargs["_request_timeout"] = self._timeouts()
         attempt = 0
         while True:
             attempt += 1
             self._count(verb)
             hint: float | None = None
+            observer = self.observer
+            token = observer.attempt_started(verb, resource) if observer else None
+            code: int | None = None
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                code = 200
+                return result
             except ApiException as exc:
+                code = exc.status or None
                 error = self._api_error(verb, resource, target, exc)
                 retryable = is_retryable_status(exc.status) or (
                     retry_conflict and exc.status == 409
@@ -640,10 +753,14 @@ class KubeClient:
                 error = _transport_error(verb, resource, target, exc)
                 retryable = True
                 cause = exc
+            finally:
+                if observer is not None:
+                    observer.attempt_ended(token, verb, code, attempt)
             if not retryable:
                 raise error from cause
-            if attempt > self.retries:
-                log.warning("%s; giving up after %d attempts", error, attempt)
+            if attempt > (self.retries if retries is None else retries):
+                if retries != 0:  # a probe's failure is the caller's to report
+                    log.warning("%s; giving up after %d attempts", error, attempt)
                 raise error from cause
             delay = max(hint or 0.0, self._backoff(attempt))  # Retry-After is a minimum
             log.info("%s; retry %d of %d in %.2fs", error, attempt, self.retries, delay)
@@ -665,6 +782,21 @@ class KubeClient:
             describe_status(exc.status, exc.reason, message),
             status=exc.status,
         )
+
+
+def merge_patch_kwargs(patch: Callable[..., Any]) -> dict[str, str]:
+    """The keyword that makes ``patch`` send a JSON merge patch, if this client has one.
+
+    The pydantic-generated clients (37.0.2 is tested) take ``_content_type``; older ones
+    (24.2.0 and 33.1.0 are tested) always send a merge patch for custom objects and refuse
+    any keyword they do not list (ApiTypeError), so it is passed only where the signature
+    names it.
+    """
+    try:
+        parameters = inspect.signature(patch).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"_content_type": MERGE_PATCH} if "_content_type" in parameters else {}
 
 
 def _transport_error(verb: str, resource: str, target: str, exc: BaseException) -> KubeError:

@@ -55,6 +55,20 @@ class WorkflowRejected(KubeError):
         super().__init__(verb, resource, name, f"rejected by DWS: {self.message}", status=403)
 
 
+class NameTaken(KubeError):
+    """A workflow with the job's name exists and is not this instance's: creating it again
+    can never succeed (HTTP 409 on someone else's object)."""
+
+    def __init__(self, verb: str, resource: str, name: str) -> None:
+        super().__init__(
+            verb,
+            resource,
+            name,
+            "already exists and is not this instance's (ownership labels differ)",
+            status=409,
+        )
+
+
 class KubeSetupError(KubeError):
     """The service cannot start: no API server, no credentials, or no DWS served.
 
@@ -98,3 +112,22 @@ def webhook_message(message: str) -> str | None:
 def is_retryable_status(status: int | None) -> bool:
     """Throttling (429) and 5xx; never 4xx input problems."""
     return status in RETRYABLE_STATUSES
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether a failed call can never succeed by sending it again.
+
+    A 4xx other than 409 (a conflict on our own object: re-read and retry) and 429
+    (throttling) says the request itself is wrong; a workflow name taken by someone else
+    stays taken; an exception that is not a Kubernetes or transport error comes from the
+    client library refusing the call (e.g. an argument this client version does not know),
+    which no retry fixes.  Transport trouble and 5xx are transient.
+    """
+    if isinstance(exc, NameTaken):
+        return True
+    if isinstance(exc, KubeError):
+        status = exc.status
+        if status is None or status in (409, 429) or status >= 500:
+            return False
+        return 400 <= status < 500
+    return not isinstance(exc, (OSError, TimeoutError))

@@ -15,6 +15,7 @@ from typing import Any
 from flux_dws.identity import FINALIZER, WLM_ID, owned_jobid, ownership_labels, workflow_name
 from flux_dws.k8s.errors import KubeSetupError
 from flux_dws.states import State
+from flux_dws.storage import StorageError
 
 DWS_GROUP = "dataworkflowservices.github.io"
 NNF_GROUP = "nnf.cray.hpe.com"
@@ -34,6 +35,9 @@ STORAGE_NAMESPACE = "default"
 
 #: DWS keeps the one SystemConfiguration here.
 SYSTEM_CONFIGURATION = ("default", "default")
+SYSTEM_STATUS = ("default", "default")
+SYSTEM_STATUSES = "systemstatuses"
+CLIENTMOUNTS = "clientmounts"
 
 #: nnf-sos defaults when a profile leaves a timeout out (dws-api.md section 4).
 DEFAULT_CONTAINER_TIMEOUT = 300
@@ -166,9 +170,9 @@ def finalizer_removal_patch(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     The resourceVersion makes the API server refuse (409) a patch computed from a stale read,
     so a finalizer another controller added meanwhile is never lost.
     """
-    meta = obj.get("metadata") or {}
-    finalizers = list(meta.get("finalizers") or [])
-    if FINALIZER not in finalizers:
+    meta = obj.get("metadata")
+    finalizers = meta.get("finalizers") if isinstance(meta, Mapping) else None
+    if not isinstance(finalizers, list) or FINALIZER not in finalizers:
         return None
     return {
         "metadata": {
@@ -178,10 +182,29 @@ def finalizer_removal_patch(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def breakdown_refs(workflow: Mapping[str, Any]) -> list[Mapping[str, str]]:
+    """``status.directiveBreakdowns`` checked: StorageError names an entry that is not an
+    object reference with a string name (and, if any, namespace)."""
+    status = workflow.get("status")
+    refs = (status.get("directiveBreakdowns") if isinstance(status, Mapping) else None) or []
+    if not isinstance(refs, (list, tuple)):
+        raise StorageError("workflow status.directiveBreakdowns must be a list")
+    for i, ref in enumerate(refs):
+        ok = isinstance(ref, Mapping) and isinstance(ref.get("name"), str) and ref.get("name")
+        if not ok or not isinstance(ref.get("namespace") or "", str):
+            raise StorageError(
+                f"workflow status.directiveBreakdowns[{i}] must be a reference with a name"
+            )
+    return list(refs)
+
+
 def container_profile_name(workflow: Mapping[str, Any]) -> str | None:
     """The pinned profile nnf-sos makes in Proposal: ``<workflow>-<index of the container>``."""
-    name = (workflow.get("metadata") or {}).get("name")
-    directives = (workflow.get("spec") or {}).get("dwDirectives") or []
+    meta, spec = workflow.get("metadata"), workflow.get("spec")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    directives = spec.get("dwDirectives") if isinstance(spec, Mapping) else None
+    if not isinstance(name, str) or not isinstance(directives, list):
+        return None
     for index, line in enumerate(directives):
         if str(line).split()[:2] == ["#DW", "container"]:
             return f"{name}-{index}"
@@ -198,7 +221,8 @@ class ContainerTimeouts:
 
 def container_timeouts(profile: Mapping[str, Any]) -> ContainerTimeouts:
     """The timeouts of a container profile, with nnf-sos's defaults for missing ones."""
-    data = profile.get("data") or {}
+    data = profile.get("data")
+    data = data if isinstance(data, Mapping) else {}
 
     def seconds(key: str) -> int:
         value = data.get(key)
@@ -213,8 +237,8 @@ def container_timeouts(profile: Mapping[str, Any]) -> ContainerTimeouts:
 
 def decode_token(data: Mapping[str, str] | None) -> str | None:
     """A Secret's ``data.token``, base64-decoded; None if absent or not valid base64 text."""
-    encoded = (data or {}).get("token")
-    if not encoded:
+    encoded = data.get("token") if isinstance(data, Mapping) else None
+    if not encoded or not isinstance(encoded, str):
         return None
     try:
         return base64.b64decode(encoded, validate=True).decode("utf-8")

@@ -164,6 +164,9 @@ class WorkflowWatch:
         self._lock = threading.Lock()
         self._resp: Any = None
         self._thread: threading.Thread | None = None
+        self._opened = False
+        self.relists = 0  # full lists (the first, and after each 410 Gone)
+        self.restarts = 0  # watch requests opened after the first one
 
     @property
     def resource_version(self) -> str | None:
@@ -232,6 +235,7 @@ class WorkflowWatch:
     def _relist(self) -> None:
         items, rv = self._client.list_workflows()
         items = [slim(obj) for obj in items]
+        self.relists += 1
         self._health(True)
         deliveries = self._delivered.relist(items, rv)
         log.info(
@@ -249,6 +253,8 @@ class WorkflowWatch:
     def _watch_once(self) -> str:
         """One watch request; 'closed' (ended normally), 'idle' (ended at once), or 'gone'."""
         timeout = int(self._watch_timeout * (1 + random.random()))
+        self.restarts += 1 if self._opened else 0
+        self._opened = True
         resp = self._client.open_workflow_watch(
             self._rv or "", timeout, timeout + self._read_margin
         )

@@ -91,6 +91,11 @@ class KubeWorker:
             (self._urgent if urgent else self._normal).append(run)
             self._cond.notify()
 
+    def queued(self) -> int:
+        """Calls waiting for a thread (a metric: how far the pool is behind)."""
+        with self._cond:
+            return len(self._urgent) + len(self._normal)
+
     def _next(self) -> tuple[_Call | None, bool]:
         """The next call for this thread (None: stop) and whether it is a non-urgent one."""
         with self._cond:

@@ -136,8 +136,13 @@ class RealFlux:
         dws_table: Mapping[str, Any],
         *,
         flux: str | None = None,
+        persist: bool = False,
+        broker_env: Mapping[str, str] | None = None,
         R: Mapping[str, Any] | None = None,
     ) -> None:
+        """``persist``: keep the instance's content in a statedir, so :meth:`restart` brings
+        its jobs back; ``broker_env``: extra environment for the brokers (for example
+        FLUX_DISABLE_JOB_CLEANUP, so running jobs cross a restart)."""
         found = flux or flux_command()
         if found is None:
             raise RuntimeError("flux-core is not installed")
@@ -155,11 +160,14 @@ class RealFlux:
         self._instance: subprocess.Popen[str] | None = None
         self._service: subprocess.Popen[str] | None = None
         self._handle: Any = None
+        self.persist = persist
+        self.broker_env = dict(broker_env or {})
+        self._plugins: dict[str, str] = {}
 
     # ------------------------------------------------------------------ instance
 
     def start(self) -> RealFlux:
-        plugins = build_plugins(self.flux)
+        self._plugins = plugins = build_plugins(self.flux)
         confdir = self.workdir / "conf"
         confdir.mkdir()
         write_toml(
@@ -187,23 +195,29 @@ class RealFlux:
                 "[resource]\nnoverify = true\n[[resource.config]]\n"
                 f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
             )
-        shell_path = f"{os.path.dirname(plugins['dws-env.so'])}"
+        return self._launch()
+
+    def _launch(self) -> RealFlux:
+        shell_path = f"{os.path.dirname(self._plugins['dws-env.so'])}"
         uri_file = self.workdir / "uri"
+        uri_file.unlink(missing_ok=True)
+        self.uri = ""
         hostlist = ",".join(self.hosts)
         cmd = [
             self.flux,
             "start",
             f"--test-size={len(self.hosts)}",
             f"--test-hosts={hostlist}",
-            f"--config-path={confdir}",
+            f"--config-path={self.workdir / 'conf'}",
             f"-Sconf.shell_pluginpath={shell_path}:{self._default_shell_path()}",
-            "sh",
-            "-c",
-            f'echo "$FLUX_URI" > {uri_file}; exec sleep 86400',
         ]
+        if self.persist:
+            (self.workdir / "state").mkdir(exist_ok=True)
+            cmd.append(f"-Sstatedir={self.workdir / 'state'}")
+        cmd += ["sh", "-c", f'echo "$FLUX_URI" > {uri_file}; exec sleep 86400']
         self._instance = subprocess.Popen(
             cmd,
-            env=self._env(),
+            env={**self._env(), **self.broker_env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -238,6 +252,28 @@ class RealFlux:
         if self.uri:
             env["FLUX_URI"] = self.uri
         return env
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """`flux shutdown` and wait for the brokers to exit; the service is left alone."""
+        if self._instance is None:
+            return
+        subprocess.run(
+            [self.flux, "shutdown", "--quiet"],
+            env=self._env(),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        self._instance.wait(timeout)
+        self._instance = None
+        self._handle = None
+
+    def restart(self) -> RealFlux:
+        """Shut the instance down and start it again from its statedir (``persist``)."""
+        if not self.persist:
+            raise RuntimeError("restart() needs RealFlux(persist=True)")
+        self.shutdown()
+        return self._launch()
 
     def stop(self) -> None:
         """Shut the instance down (`flux shutdown`), then make sure no broker is left."""
@@ -281,9 +317,55 @@ class RealFlux:
     def service_running(self) -> bool:
         return self._service is not None and self._service.poll() is None
 
+    def service_exit(self, timeout: float) -> int | None:
+        """The service's exit status once it exits within ``timeout``; None if it is running."""
+        if self._service is None:
+            return None
+        try:
+            return self._service.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def service_log(self) -> str:
         path = self.workdir / "service.log"
         return path.read_text() if path.exists() else ""
+
+    # ------------------------------------------------------------------ nodes (the admin's side)
+
+    def drain(self, targets: str, reason: str = "", mode: str | None = None) -> None:
+        """``flux resource drain``: OSError as flux-core refuses (EEXIST: already drained)."""
+        payload = {"targets": targets, "reason": reason}
+        if mode:
+            payload["mode"] = mode
+        self._handle.rpc("resource.drain", payload, nodeid=0).get()
+
+    def undrain(self, targets: str, mode: str | None = None) -> None:
+        payload = {"targets": targets, **({"mode": mode} if mode else {})}
+        self._handle.rpc("resource.undrain", payload, nodeid=0).get()
+
+    def drained(self) -> dict[str, str]:
+        """Drained host -> reason, from resource.status."""
+        from flux.hostlist import Hostlist
+
+        from flux_dws.flux.resource import parse_resource_status
+
+        response = self._handle.rpc("resource.status", {}, nodeid=0).get()
+        status = parse_resource_status(
+            response, lambda lists: [h for item in lists for h in Hostlist(item)]
+        )
+        return dict(status.drained)
+
+    def drain_table(self) -> str:
+        """What `flux resource drain -o "{nodelist} {reason}"` prints (reasons not cut)."""
+        out = subprocess.run(
+            [self.flux, "resource", "drain", "-no", "{nodelist} {reason}"],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return out.stdout
 
     # ------------------------------------------------------------------ the user's side
 

@@ -32,6 +32,7 @@ from flux_dws.request import request_from_attributes
 from flux_dws.service import Service
 from flux_dws.states import State
 from flux_dws.testing.dwssim import DwsSim, compute_names, seed
+from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 from flux_dws.testing.kubeapi.admission import deny
@@ -54,6 +55,7 @@ class Stack:
         api_process: bool = False,
         service_process: bool = False,
         backend: str = "fake",
+        realflux: Mapping[str, Any] | None = None,
         rabbits: Mapping[str, Sequence[str]] | None = None,
         capacity: int | None = None,
     ) -> None:
@@ -63,6 +65,7 @@ class Stack:
         if backend not in ("fake", "flux"):
             raise ValueError(f"backend must be 'fake' or 'flux', not {backend!r}")
         self.backend = backend
+        self.realflux_options = dict(realflux or {})  # RealFlux keywords (persist, broker_env)
         self.identity = identity
         self.hosts = compute_names(hosts)
         # Which compute nodes each rabbit serves (None: 16 to a rabbit, seed's default), and
@@ -92,13 +95,21 @@ class Stack:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Stack:
+        """Start everything; a part that fails to start stops the parts already running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Stack:
         if self.api_process:
             self._start_api_process()
         else:
             self.api = KubeApi(seed=self.seed).start()
             self.api.write_kubeconfig(self.kubeconfig)
             extra = {} if self.capacity is None else {"capacity": self.capacity}
-            seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
+            self.rabbits = seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
             self.sim = DwsSim(
                 self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
             ).start()
@@ -106,7 +117,8 @@ class Stack:
             from flux_dws.testing.realflux import RealFlux
 
             table = {**self.table, "kubeconfig": self.kubeconfig}
-            self.flux = RealFlux(self.hosts, table, R=self._rabbit_R()).start()
+            self.flux = RealFlux(self.hosts, table, R=self._rabbit_R(), **self.realflux_options)
+            self.flux.start()  # assigned first: a start that fails is still stopped
         else:
             self.flux = FakeFlux(
                 self.hosts, owner_uid=self.owner_uid, validator=self.validate
@@ -179,6 +191,7 @@ class Stack:
             jobmanager=JobManager(self._connection),
             kube=kube,
             owner_uid=self.owner_uid,
+            nodes=self.flux.nodes(loop),
         )
         loop.call_soon(service.start)
         loop.start_thread()
@@ -284,12 +297,16 @@ class Stack:
         nnodes: int = 1,
         exit_status: int = 0,
         userid: int | None = None,
+        tolerance: int | None = None,
     ) -> int:
-        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...` would."""
+        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...
+        -S dw_failure_tolerance=N` would."""
         assert self.flux is not None
         attributes: dict[str, Any] = {"dw": dw if isinstance(dw, str) else list(dw)}
         if timeouts:
             attributes["dw_timeout"] = dict(timeouts)
+        if tolerance is not None:
+            attributes["dw_failure_tolerance"] = tolerance
         return self.flux.submit(
             attributes, userid=userid, nnodes=nnodes, runtime=runtime, exit_status=exit_status
         )
@@ -348,6 +365,11 @@ class Stack:
                 raise deny(reason)
 
         self.api.store.add_admission("workflows", hook)
+
+    def set_rabbit(self, rabbit: str, status: str, **kw: Any) -> None:
+        """What DWS's Storage controller reports: the rabbit (or some links) change status."""
+        assert self.api is not None
+        set_rabbit_status(self.api.store, rabbit, status, **kw)
 
     def workflows(self) -> list[dict[str, Any]]:
         """This instance's workflows still in the API server."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from flux_dws.testing.dwssim.companions import (
     RABBIT_CAPACITY,
+    api_object,
     group_computes,
     storage_resource,
     system_configuration,
@@ -53,6 +54,16 @@ def seed(
             if exc.code != 409:
                 raise
     _put(store, "systemconfigurations", system_configuration(mapping))
+    # DWS's SystemStatus, which the WLM fills with its view of the compute nodes
+    _put(
+        store,
+        "systemstatuses",
+        {
+            **api_object("systemstatuses"),
+            "metadata": {"name": "default", "namespace": "default"},
+            "data": {"nodes": {}},
+        },
+    )
     for rabbit, served in mapping.items():
         size = capacity if isinstance(capacity, int) else capacity.get(rabbit, RABBIT_CAPACITY)
         _put(store, "storages", storage_resource(rabbit, served, size))

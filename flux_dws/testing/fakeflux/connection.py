@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import threading
 from typing import Any, Callable
 
 from flux_dws.flux.transport import Callback, Payload, RpcError
 from flux_dws.loop import Loop
+from flux_dws.sanitize import jansson_problem
 from flux_dws.testing.fakeflux.plugin import DwsPlugin, Request
+
+log = logging.getLogger(__name__)
+
+
+def log_refused(method: str, problem: str) -> None:
+    """What the broker log would say about a request jansson could not parse."""
+    log.warning("job-manager.dws.%s: payload refused by jansson: %s", method, problem)
 
 
 class _Channel:
@@ -74,6 +83,12 @@ class Connection:
         text = json.dumps(payload)  # a payload that is not JSON is the caller's bug: raise here
         if self.closed.is_set():
             err = RpcError(errno.ENOTCONN, "connection to the job-manager is closed")
+            self.client_loop.call_soon(channel.callback, None, err)
+            return
+        problem = jansson_problem(payload)
+        if problem is not None:  # the job-manager's json_loads refuses it: so does fakeflux
+            log_refused(method, problem)
+            err = RpcError(errno.EPROTO, "request payload must be a JSON object")
             self.client_loop.call_soon(channel.callback, None, err)
             return
         request = Request(

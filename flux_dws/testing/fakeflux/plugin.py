@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 from flux_dws.flux.transport import RpcError
 from flux_dws.fsd import format_fsd
 from flux_dws.loop import Loop, Timer
-from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, is_dw_job
+from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, is_dw_job
 from flux_dws.testing.fakeflux.jobs import Job
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,33 @@ class Watcher:
     request: Request
     service: bool
     sent: dict[int, dict[str, Any]] = field(default_factory=dict)
+    who: dict[str, Any] = field(default_factory=dict)  # a service's pid, host, active since
+    heard: float = 0.0  # the active service's last heartbeat
+    report: dict[str, Any] | None = None  # ... and the report it carried
+
+
+def service_who(payload: Mapping[str, Any], since: float) -> dict[str, Any]:
+    """What a service watch says about its sender, checked, for the standby's logs."""
+    who: dict[str, Any] = {"since": since}
+    pid, host = payload.get("pid"), payload.get("host")
+    if _is_int(pid) and pid > 0:
+        who["pid"] = pid
+    if isinstance(host, str) and 0 < len(host) <= 255:
+        who["host"] = host
+    return who
 
 
 def ours_posted(job: Job, name: str) -> bool:
     """The plugin's own ``name`` event (prolog-start, epilog-start) is on the job's eventlog."""
     return any(e["name"] == name and e["context"].get("description") == NAME for e in job.eventlog)
+
+
+def shells_gone(job: Job) -> bool:
+    """The job never started, or its shells are gone (a final ``release``).  fakeflux has
+    no instance restart; the C plugin also counts a job started before its broker."""
+    return not job.started or any(
+        e["name"] == "release" and e["context"].get("final") for e in job.eventlog
+    )
 
 
 def job_phase(job: Job) -> str:
@@ -92,8 +114,8 @@ def job_phase(job: Job) -> str:
         return "gone"
     if job.prologs:
         return "prolog"
-    if job.state == "CLEANUP" and ours_posted(job, "epilog-start"):
-        return "epilog"  # not at "finish": the epilog starts at "release"
+    if job.state == "CLEANUP" and ours_posted(job, "epilog-start") and shells_gone(job):
+        return "epilog"  # held from "finish", but torn down only once the shells are gone
     if job.started:
         return "run"
     if job.state == "RUN":  # once the dws prolog finished, the tasks are starting
@@ -117,7 +139,9 @@ def job_record(job: Job) -> dict[str, Any]:
             "t_submit": job.t_submit,
             "phase": job_phase(job),
             "attributes": {
-                k: job.submitted[k] for k in (DW_KEY, TIMEOUT_KEY) if k in job.submitted
+                k: job.submitted[k]
+                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY)
+                if k in job.submitted
             },
             "hosts": job.hosts,
             "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)
@@ -135,6 +159,7 @@ class DwsPlugin:
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm
         self.watchers: list[Watcher] = []
+        self.standbys: list[Watcher] = []  # service watches waiting for the active one to go
         self._dirty: dict[int, Job] = {}
         self._flush_pending = False
         self._wait_timers: dict[int, Timer] = {}
@@ -163,7 +188,7 @@ class DwsPlugin:
             self.jm.prolog_start(job, NAME)
         elif job.state == "CLEANUP":
             self._cancel_wait(job.id)
-            if not job.started and not job.prologs:
+            if not job.prologs:  # held from here, whatever follows (release may never come)
                 self._start_epilog(job)
         self._changed(job)
 
@@ -173,7 +198,7 @@ class DwsPlugin:
             return
         name = entry["name"]
         if name == "release" and entry["context"].get("final"):
-            self._start_epilog(job)  # the tasks are gone: storage may be torn down
+            self._start_epilog(job)  # started at CLEANUP already; now phase epilog
         elif name == "prolog-finish" and job.state == "CLEANUP" and not job.started:
             self._start_epilog(job)  # exception during the prolog: the job never ran
         self._changed(job)
@@ -240,14 +265,19 @@ class DwsPlugin:
     def disconnect(self, client: object, channel: object | None = None) -> None:
         """The client went away (``channel`` None) or cancelled one stream."""
         had_service = self._service_connected()
-        self.watchers = [
-            w
-            for w in self.watchers
-            if w.request.client is not client
-            or (channel is not None and w.request.channel is not channel)
-        ]
+
+        def kept(w: Watcher) -> bool:
+            return w.request.client is not client or (
+                channel is not None and w.request.channel is not channel
+            )
+
+        self.watchers = [w for w in self.watchers if kept(w)]
+        self.standbys = [w for w in self.standbys if kept(w)]
         if had_service and not self._service_connected():
-            self._service_gone()
+            if self.standbys:
+                self._promote(self.standbys.pop(0))
+            else:
+                self._service_gone()
 
     def _service_gone(self) -> None:
         """Tell every job waiting in DEPEND that no service runs, once since it left.
@@ -270,9 +300,9 @@ class DwsPlugin:
 
     def shutdown(self) -> None:
         """The job-manager is going away: end every stream, as unloading the plugin does."""
-        for watcher in self.watchers:
+        for watcher in self.watchers + self.standbys:
             watcher.request.fail(RpcError(errno.ENOSYS, "job-manager.dws: plugin unloaded"))
-        self.watchers = []
+        self.watchers, self.standbys = [], []
         for jobid in list(self._wait_timers):
             self._cancel_wait(jobid)
 
@@ -303,29 +333,59 @@ class DwsPlugin:
         if not isinstance(service, bool):
             raise RpcError(errno.EPROTO, "job-manager.dws.watch: service must be true or false")
         watcher = Watcher(req, service)
-        if service:  # a new service replaces the last one (it may have died silently)
-            for old in [w for w in self.watchers if w.service]:
-                old.request.fail(
-                    RpcError(errno.ECANCELED, "replaced by a newer flux-dws service watch")
+        if service:
+            watcher.who = service_who(req.payload, self.jm.loop.time())
+            active = next((w for w in self.watchers if w.service), None)
+            if active is not None:  # one active service: this one waits as a standby
+                self.standbys.append(watcher)
+                req.respond({"standby": True, "active": active.who})
+                active.request.respond(
+                    {"snapshot": False, "jobs": [], "standby_waiting": watcher.who}
                 )
-            self.watchers = [w for w in self.watchers if not w.service]
+                log.info("dws: a second flux-dws service watch waits as a standby")
+                return
+        self._promote(watcher)
+
+    def _promote(self, watcher: Watcher) -> None:
+        """Start ``watcher``'s stream with the snapshot; a service one becomes the active."""
         records = self._records()
         watcher.sent = {r["id"]: r for r in records}
-        req.respond({"snapshot": True, "jobs": records})
+        if watcher.service:
+            watcher.who["since"] = self.jm.loop.time()
+        watcher.request.respond({"snapshot": True, "jobs": records})
         self.watchers.append(watcher)
-        if service:
+        if watcher.service:
             self._told.clear()
             for jobid in list(self._wait_timers):
                 self._cancel_wait(jobid)
 
     def _list(self, req: Request) -> dict[str, Any]:
-        return {"jobs": self._records()}
+        return {"jobs": self._records(), "service": self.service_info()}
 
     def _heartbeat(self, req: Request) -> dict[str, Any]:
         """The service says it is alive.  Real Flux never tells a jobtap plugin that a client
         disconnected, so the C plugin counts a service gone after three [dws] heartbeats of
-        silence; in-process, fakeflux sees the disconnect itself and needs no timer."""
+        silence; in-process, fakeflux sees the disconnect itself and needs no timer.  The
+        active service's report is kept for ``list``."""
+        report = req.payload.get("report")
+        active = next((w for w in self.watchers if w.service), None)
+        if active is not None and active.request.client is req.client:
+            active.heard = self.jm.loop.time()
+            if isinstance(report, dict):
+                active.report = report
         return {}
+
+    def service_info(self) -> dict[str, Any]:
+        """``list``'s ``service``: the active service (or null) and how many standbys wait."""
+        active = next((w for w in self.watchers if w.service), None)
+        if active is None:
+            return {"active": None, "standbys": len(self.standbys)}
+        described = {
+            **active.who,
+            "heard": self.jm.loop.time() - (active.heard or active.who.get("since", 0.0)),
+            "report": active.report,
+        }
+        return {"active": described, "standbys": len(self.standbys)}
 
     def _records(self) -> list[dict[str, Any]]:
         return [job_record(job) for job in self.jm.active_jobs() if is_dw_job(job.submitted)]
@@ -369,6 +429,8 @@ class DwsPlugin:
         job = self._dw_job(req)
         if NAME not in job.epilogs:
             raise RpcError(errno.EINVAL, f"job {job.id} has no active dws epilog")
+        if not shells_gone(job):
+            raise RpcError(errno.EINVAL, f"job {job.id} is still running its tasks")
         self.jm.epilog_finish(job, NAME, 0)
         return {}
 
