@@ -46,8 +46,10 @@ def seed(
         else group_computes(computes, per_rabbit)
     )
     # The namespaces NNF runs in: profiles in nnf-system, Lustre data movement in
-    # nnf-dm-system, and one per rabbit node (its per-rabbit objects live there).
-    for namespace in ("default", PROFILE_NAMESPACE, DM_NAMESPACE, *mapping):
+    # nnf-dm-system, one per rabbit node and one per compute node (their per-node objects,
+    # such as ClientMounts, live there).
+    nodes = [*mapping, *(c for served in mapping.values() for c in served)]
+    for namespace in dict.fromkeys(("default", PROFILE_NAMESPACE, DM_NAMESPACE, *nodes)):
         try:
             store.create("namespaces", None, {"metadata": {"name": namespace}})
         except ApiError as exc:
