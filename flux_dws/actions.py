@@ -21,6 +21,7 @@ from flux_dws.failures import RETRY_MIN, FailureRules, primary_group
 from flux_dws.failures import _error_text as _error_text  # and for record_actions
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.flux.transport import RpcError
+from flux_dws.health import Failures, mount_failures, setup_failures
 from flux_dws.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.jobspec import min_allocations
 from flux_dws.k8s import WorkflowRejected
@@ -29,6 +30,7 @@ from flux_dws.lifecycle import ProposalInfo
 from flux_dws.loop import Timer
 from flux_dws.request import DwRequest
 from flux_dws.sanitize import one_line
+from flux_dws.states import State
 from flux_dws.storage import StorageError, needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.workflow import WorkflowView, view_workflow
 
@@ -54,6 +56,7 @@ class Tracked:
     workflow: WorkflowView | None = None
     raw: dict[str, Any] | None = None
     proposal: ProposalInfo | None = None
+    failures: Failures | None = None  # which nodes failed Setup/PreRun (lc.ReadFailures)
     request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
     deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
     posting: dict[str, dict[str, Any]] = field(default_factory=dict)  # events not yet answered
@@ -359,7 +362,8 @@ class ActionRunner(FailureRules):
         )
 
         def raised(error: str | None) -> None:
-            if error is None and not (tracked.record or {}).get("exception"):
+            fatal = action.severity == 0
+            if error is None and fatal and not (tracked.record or {}).get("exception"):
                 exc = {"type": action.type, "severity": action.severity, "note": action.note}
                 self._update_record(tracked, exception=exc)
             done(error)
@@ -413,7 +417,9 @@ class ActionRunner(FailureRules):
 
     def _do_DeleteWorkflow(self, tracked: Tracked, action: lc.DeleteWorkflow, done: Done) -> None:
         wf = tracked.workflow
-        assert wf is not None
+        if wf is None:  # gone while the chain ran (the watch said so): nothing to delete
+            done(None)
+            return
         if tracked.deleted == wf.uid:  # done already; waiting for the watch to say so
             done(None)
             return
@@ -426,6 +432,69 @@ class ActionRunner(FailureRules):
 
         self._kube_then(
             tracked, "deleting the workflow", done, deleted, self.kube.delete_workflow, wf.name
+        )
+
+    # ------------------------------------------------------------------ health
+
+    def _do_ReadFailures(self, tracked: Tracked, action: lc.ReadFailures, done: Done) -> None:
+        wf, proposal = tracked.workflow, tracked.proposal
+        assert wf is not None
+        hosts = tuple((tracked.record or {}).get("hosts") or ())
+        needs = proposal.needs if proposal is not None else ()
+
+        def read() -> Failures:
+            if action.state is State.PRERUN:
+                return mount_failures(self.kube.list_clientmounts(wf.name, wf.namespace), hosts)
+            if self._rabbits is None or any(h not in self._rabbits for h in hosts):
+                self._rabbits = rabbit_map(self.kube.read_system_configuration())
+            refs = sorted({n.servers for n in needs})
+            servers = [self.kube.read_servers(ns, name) for ns, name in refs]
+            return setup_failures(servers, self._rabbits, hosts)
+
+        def store(result: Failures) -> str | None:
+            log.warning(
+                "job %d workflow %s: %s failed on node(s) %s",
+                tracked.jobid,
+                wf.name,
+                result.state,
+                ", ".join(result.nodes) or "(none identified)",
+            )
+            tracked.failures = result
+            tracked.dirty = True
+            return None
+
+        self._kube_then(tracked, "reading the failed nodes", done, store, read)
+
+    def _do_DrainNodes(self, tracked: Tracked, action: lc.DrainNodes, done: Done) -> None:
+        health = getattr(self, "health", None)
+        if health is None:
+            log.warning(
+                "job %d: would drain %s (%s), but this service cannot drain nodes",
+                tracked.jobid,
+                ",".join(action.hosts),
+                action.reason,
+            )
+            done(None)
+            return
+        health.drain_for_job(action.hosts, action.reason, lambda e: done(e and f"drain: {e}"))
+
+    def _do_ForceReady(self, tracked: Tracked, action: lc.ForceReady, done: Done) -> None:
+        wf = tracked.workflow
+        assert wf is not None
+        log.info(
+            "job %d workflow %s: forcing %s ready without the failed nodes; Computes: %s",
+            tracked.jobid,
+            wf.name,
+            wf.desired_state.value,
+            ",".join(action.computes),
+        )
+
+        def force() -> Any:
+            self.kube.patch_computes(wf.name, list(action.computes))
+            return self.kube.force_ready(wf.name)
+
+        self._kube_then(
+            tracked, "forcing the state ready", done, self._adopt(tracked), force, urgent=True
         )
 
     # ------------------------------------------------------------------ helpers

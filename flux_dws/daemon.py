@@ -100,6 +100,7 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     """Connect to Kubernetes and run the service on the Flux reactor until SIGTERM/SIGINT."""
     from flux_dws.flux.jobmanager import JobManager
     from flux_dws.flux.reactor import FluxLoop, FluxTransport
+    from flux_dws.flux.resource import FluxNodes
     from flux_dws.k8s import KubeClient, KubeSetupError
     from flux_dws.notify import Notifier
     from flux_dws.service import Service
@@ -136,6 +137,7 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
         jobmanager=JobManager(FluxTransport(handle, defer=loop.call_soon)),
         kube=kube,
         owner_uid=int(handle.attr_get("security.owner")),
+        nodes=FluxNodes(handle),
         notifier=notifier,
     )
 

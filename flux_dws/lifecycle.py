@@ -23,6 +23,7 @@ from typing import Any, Union
 
 from flux_dws.copies import pending_copies
 from flux_dws.fsd import format_fsd
+from flux_dws.health import Failures, job_reason, tolerate
 from flux_dws.identity import FINALIZER
 from flux_dws.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.jobspec import release_update
@@ -102,9 +103,13 @@ class JobView:
     teardown_reason: str = ""  # dws-state Teardown: why flux-dws aborted the workflow
     transient: tuple[State, float] | None = None  # dws-transient: (state, since)
     container_recorded: ContainerState | None = None  # dws-container
+    tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
+    teardown_failed: bool = False  # dws-teardown-failed
     copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
     proposal: ProposalInfo | None = None
+    # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
+    failures: Failures | None = None
 
     @property
     def active(self) -> bool:
@@ -208,6 +213,29 @@ class DeleteWorkflow:
 
 
 @dataclass(frozen=True)
+class ReadFailures:
+    """Find which compute nodes failed ``state`` (Servers in Setup, ClientMounts in PreRun)
+    into JobView.failures."""
+
+    state: State
+
+
+@dataclass(frozen=True)
+class DrainNodes:
+    """Drain ``hosts`` in Flux with ``reason`` (a job's failed or stuck nodes)."""
+
+    hosts: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ForceReady:
+    """Write Computes without the failed nodes, then set spec.forceReady on the workflow."""
+
+    computes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class WakeAt:
     """Call decide() again at this time even if nothing else happens (a deadline)."""
 
@@ -226,6 +254,9 @@ Action = Union[
     RecordCopies,
     SaveOutput,
     DeleteWorkflow,
+    ReadFailures,
+    DrainNodes,
+    ForceReady,
     WakeAt,
 ]
 
@@ -254,13 +285,16 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     if copies is not None:  # before anything moves on (or tears down) past the copies
         return [*actions, copies]
     if workflow.desired_state is State.TEARDOWN:
-        ending = _teardown(job, workflow, now)
+        ending = _teardown(job, workflow, policy, now)
         if any(isinstance(a, DeleteWorkflow) for a in ending):
             return actions + ending
         actions += ending
     elif _aborted(job):
         return actions + _abort(job, None, policy, now)
     else:
+        tolerance = _tolerance(job, workflow, policy, now)
+        if tolerance is not None:
+            return actions + tolerance
         problem = _failure(job, workflow, policy, now)
         if problem:
             return actions + _abort(job, problem, policy, now)
@@ -452,15 +486,88 @@ def _torn_down(job: JobView) -> list[Action]:
     return []
 
 
-def _teardown(job: JobView, wf: WorkflowView, now: float) -> list[Action]:
-    """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be."""
+def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be.
+
+    Nodes of a job whose Teardown failed may hold a stuck mount: with ``[dws]
+    drain-on-teardown-failure`` they are drained, so the next job does not land on them.
+    """
     actions = _torn_down(job)
     if wf.complete:
         return [*actions, DeleteWorkflow()]
     stuck = _teardown_stuck(job, wf, now)
-    if stuck:
-        actions.append(PostEvent("dws-teardown-failed", {"workflow": wf.name, "reason": stuck}))
+    if stuck and job.teardown_failed:
+        actions.append(DeleteWorkflow())  # recorded (and drained) already
+    elif stuck:
+        drain = policy.drain_on_teardown_failure and bool(job.hosts)
+        context = {
+            "workflow": wf.name,
+            "reason": stuck,
+            "drained": list(job.hosts) if drain else [],
+        }
+        if drain:
+            why = f"workflow {wf.name} {stuck}"
+            actions.append(DrainNodes(job.hosts, job_reason(job.jobid, why)))
+        actions.append(PostEvent("dws-teardown-failed", context))
         actions.append(DeleteWorkflow())
+    return actions
+
+
+_TOLERANT_STATES = (State.SETUP, State.PRERUN)
+
+
+def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action] | None:
+    """Setup or PreRun failed on some nodes: go on without them if the job allows it.
+
+    None when this does not apply (the ordinary failure path decides).  With
+    ``dw_failure_tolerance`` 0 the failed nodes are still found first, so the job's note
+    names them.  A TransientCondition counts as a failure only for a job that tolerates some.
+    """
+    state = wf.desired_state
+    allowed = job.request.failure_tolerance if job.request is not None else 0
+    if state not in _TOLERANT_STATES or job.phase is not JobPhase.PROLOG:
+        return None
+    if not (wf.failed or (wf.transient and allowed > 0)) or wf.container.state.is_failure:
+        return None  # nothing failed, or a container did (never a node's fault alone)
+    if job.failures is None or job.failures.state != state.value:
+        return [ReadFailures(state)]
+    failures = job.failures
+    fresh = tuple(n for n in failures.nodes if n not in job.tolerated)
+    everyone = tuple(sorted({*job.tolerated, *fresh}))
+    combined = Failures(failures.state, everyone, failures.causes, failures.lustre)
+    note = tolerate(combined, allowed, job.hosts)
+    if note is not None:
+        if not combined.nodes and not combined.lustre:
+            return None  # nothing to name or tolerate: the ordinary failure path decides
+        said = wf.user_message or (
+            "workflow status is Error" if wf.failed else "TransientCondition"
+        )
+        return _abort(job, f"{state.value} failed: {said} ({note})", policy, now)
+    keep = tuple(h for h in job.hosts if h not in everyone)
+    actions: list[Action] = []
+    if fresh:
+        causes = {n: failures.causes.get(n, "") for n in fresh}
+        why = "; ".join(f"{n}: {c}" for n, c in causes.items())
+        actions.append(
+            DrainNodes(fresh, job_reason(job.jobid, f"{state.value} failed on this node: {why}"))
+        )
+        context = {
+            "state": state.value,
+            "nodes": list(fresh),
+            "all": list(everyone),
+            "tolerance": allowed,
+            "causes": causes,
+        }
+        actions.append(PostEvent("dws-tolerated", context))
+        actions.append(
+            RaiseException(
+                f"{state.value} failed on {', '.join(fresh)} ({why}); going on without "
+                f"{'it' if len(fresh) == 1 else 'them'} (dw_failure_tolerance={allowed}, "
+                f"{len(everyone)} used)",
+                severity=1,
+            )
+        )
+    actions.append(ForceReady(keep))
     return actions
 
 
@@ -503,12 +610,9 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     events: list[Action] = []
     if not job.workflow_created:
         timeouts = job.request.describe_timeouts() if job.request else {}
-        events.append(
-            PostEvent(
-                "dws-workflow",
-                {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts},
-            )
-        )
+        tolerance = job.request.failure_tolerance if job.request else 0
+        context = {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts}
+        events.append(PostEvent("dws-workflow", {**context, "failure_tolerance": tolerance}))
     if job.proposal is not None and not job.proposal_recorded:
         events.append(PostEvent("dws-proposal", job.proposal.to_json()))
     state = wf.desired_state

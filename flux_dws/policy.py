@@ -97,6 +97,11 @@ class Policy:
     heartbeat: float = 10.0  # the service's heartbeat; the plugin counts 3 missed as "gone"
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
+    # rabbit and node health (flux_dws.health, doc/guide/admin.rst):
+    drain_compute_nodes: bool = True  # drain nodes whose rabbit or rabbit link is down
+    drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
+    health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
+    failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
     metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
     max_directives: int = 100  # #DW directives one job may give
     max_directives_bytes: int = 65536  # their total size in bytes (UTF-8)
@@ -340,6 +345,10 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "heartbeat": ("heartbeat", _interval),
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
+    "drain-compute-nodes": ("drain_compute_nodes", _boolean),
+    "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
+    "health-interval": ("health_interval", _interval),
+    "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
     "metrics-address": ("metrics_address", _address),
     "max-directives": ("max_directives", partial(_count, least=1)),
     "max-directives-bytes": ("max_directives_bytes", partial(_count, least=64)),

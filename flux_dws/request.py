@@ -23,6 +23,7 @@ from flux_dws.policy import PRESET_NAME_RE, TIMEOUT_KEYS, Policy, type_name
 
 DW_ATTR = "dw"
 TIMEOUT_ATTR = "dw_timeout"
+TOLERANCE_ATTR = "dw_failure_tolerance"
 #: Commands that create or destroy storage outliving the job (restrict-persistent).
 PERSISTENT_COMMANDS = frozenset({"create_persistent", "destroy_persistent"})
 
@@ -35,6 +36,7 @@ class DwRequest:
     timeouts: Mapping[str, float]  # every key of TIMEOUT_KEYS: the user's value or the default
     user_timeouts: Mapping[str, float]  # only the keys the user set
     preset: str | None = None  # the site preset system.dw named, if it named one
+    failure_tolerance: int = 0  # compute nodes that may fail Setup or PreRun (dw_failure_tolerance)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "directives", tuple(self.directives))
@@ -61,6 +63,7 @@ class DwRequest:
             "timeouts": {k: _json_seconds(v) for k, v in self.timeouts.items()},
             "user_timeouts": {k: _json_seconds(v) for k, v in self.user_timeouts.items()},
             "preset": self.preset,
+            "failure_tolerance": self.failure_tolerance,
         }
 
     @classmethod
@@ -85,7 +88,10 @@ class DwRequest:
         preset = data.get("preset")
         if preset is not None and not isinstance(preset, str):
             raise RequestError("stored DWS request: 'preset' must be a string or null")
-        return cls(directives, timeouts, user, preset)
+        tolerance = data.get("failure_tolerance", 0)
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
+            raise RequestError("stored DWS request: 'failure_tolerance' must be an integer >= 0")
+        return cls(directives, timeouts, user, preset, tolerance)
 
 
 def request_from_attributes(
@@ -101,11 +107,15 @@ def request_from_attributes(
     if not isinstance(system, Mapping):
         raise RequestError(f"attributes.system must be a table, not {type_name(system)}")
     if DW_ATTR not in system:
-        if TIMEOUT_ATTR in system:
-            raise RequestError(
-                f"system.{TIMEOUT_ATTR} is set but system.{DW_ATTR} is not: "
-                "DWS timeouts apply only to jobs with #DW directives"
-            )
+        for attr, what in (
+            (TIMEOUT_ATTR, "DWS timeouts apply"),
+            (TOLERANCE_ATTR, "failure tolerance applies"),
+        ):
+            if attr in system:
+                raise RequestError(
+                    f"system.{attr} is set but system.{DW_ATTR} is not: "
+                    f"{what} only to jobs with #DW directives"
+                )
         return None
     directives, preset = _directives(system[DW_ATTR], policy)
     if policy.restrict_persistent and userid != owner_uid:
@@ -117,7 +127,25 @@ def request_from_attributes(
                 )
     user = _user_timeouts(system.get(TIMEOUT_ATTR, {}), policy)
     timeouts = {key: user.get(key, policy.timeout(key).default) for key in TIMEOUT_KEYS}
-    return DwRequest(directives, timeouts, user, preset)
+    tolerance = _tolerance(system.get(TOLERANCE_ATTR, 0), policy)
+    return DwRequest(directives, timeouts, user, preset, tolerance)
+
+
+def _tolerance(value: object, policy: Policy) -> int:
+    """system.dw_failure_tolerance: how many compute nodes may fail, up to the site maximum."""
+    where = f"system.{TOLERANCE_ATTR}"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"{where} must be a whole number, not {type_name(value)} {value!r}")
+    if value < 0:
+        raise RequestError(f"{where} must be 0 or more, not {value}")
+    if value > policy.failure_tolerance_max:
+        raise RequestError(
+            f"{where}={value} exceeds this site's maximum of {policy.failure_tolerance_max} "
+            "([dws] failure-tolerance-max)"
+        )
+    return value
 
 
 def _directives(value: object, policy: Policy) -> tuple[tuple[Directive, ...], str | None]:

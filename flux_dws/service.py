@@ -25,6 +25,8 @@ from flux_dws.actions import RETRY_MAX, RETRY_MIN, ActionRunner, Halt, Tracked, 
 from flux_dws.admission import ProposalWindow
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
+from flux_dws.flux.resource import NodeControl
+from flux_dws.healthwatch import HealthMonitor
 from flux_dws.identity import JOBID_LABEL, owned_jobid
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.lifecycle import JobPhase
@@ -76,6 +78,7 @@ class Service(Presence, RecordRunner, ActionRunner):
         kube: KubeClient,
         owner_uid: int,
         worker: KubeWorker | None = None,
+        nodes: NodeControl | None = None,
         notifier: Notifier | None = None,
     ) -> None:
         self.policy = policy
@@ -101,6 +104,13 @@ class Service(Presence, RecordRunner, ActionRunner):
         self._inbox_lock = threading.Lock()
         self._inbox_queued = False
         self.window = ProposalWindow(policy.max_proposals)
+        self.superseded = False  # another service took the job stream: this one stopped
+        # rabbit and node health (flux_dws.healthwatch); None where Flux's nodes are not ours
+        self.health: HealthMonitor | None = None
+        if nodes is not None:
+            self.health = HealthMonitor(
+                policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
+            )
         self.reconciled_at: float | None = None  # the first full decision pass
         self.last_reconcile = 0.0  # seconds the last full pass took on the loop
         self._init_presence()
@@ -119,6 +129,8 @@ class Service(Presence, RecordRunner, ActionRunner):
         self._watch.start()
         self._watch_records()
         self._heartbeat()
+        if self.health is not None:
+            self.health.start()
         self.upkeep.start()
 
     def stop(self) -> None:
@@ -130,6 +142,8 @@ class Service(Presence, RecordRunner, ActionRunner):
             self._cancel_records()
         if self._watch:
             self._watch.stop()
+        if self.health is not None:
+            self.health.stop()
         self.worker.stop()
         for tracked in self.jobs.values():
             if tracked.timer:
@@ -278,6 +292,7 @@ class Service(Presence, RecordRunner, ActionRunner):
             tracked.request,
             groupid=self._groupid(int(tracked.record["userid"])),
             proposal=tracked.proposal,
+            failures=tracked.failures,
         )
 
     def _decide(self, tracked: Tracked) -> None:

@@ -89,7 +89,7 @@ struct dwsjob {
     json_int_t userid;
     double t_submit;
     flux_job_state_t state;
-    json_t *attributes;   // {dw, dw_timeout} as submitted
+    json_t *attributes;   // {dw, dw_timeout, dw_failure_tolerance} as submitted
     json_t *hosts;        // expanded R execution.nodelist, [] until allocated
     json_t *rabbits;      // rabbit -> [hosts] from R's scheduling JGF, {} if none
     json_t *resources;    // jobspec resources, jobspec updates included
@@ -761,6 +761,10 @@ static struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
         json_object_set_new (st->attributes, "dw", json_deep_copy (value));
     if ((value = json_object_get (system, "dw_timeout")))
         json_object_set_new (st->attributes, "dw_timeout", json_deep_copy (value));
+    if ((value = json_object_get (system, "dw_failure_tolerance")))
+        json_object_set_new (st->attributes,
+                             "dw_failure_tolerance",
+                             json_deep_copy (value));
 
     /* Keep ctx->jobs sorted by id, so snapshots list jobs in submit order. */
     link = &ctx->jobs;

@@ -709,6 +709,14 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,
     "delete_workflow": lambda k: k.delete_workflow(k.workflow_name(WORKFLOW_ID)),
+    "read_system_status": lambda k: k.read_system_status(),
+    "write_system_status": lambda k: [
+        k.write_system_status({"data": {"nodes": {"compute-01": "Enabled"}}}, exists)
+        for exists in (False, True)
+    ],
+    "list_clientmounts": lambda k: k.list_clientmounts(k.workflow_name(WORKFLOW_ID)),
+    "read_servers": lambda k: k.read_servers(k.namespace, "nosuch"),
+    "force_ready": lambda k: k.force_ready(k.workflow_name(WORKFLOW_ID)),
     "ping": lambda k: k.ping(),  # GET /version: allowed to everyone, like discovery
 }
 #: Public methods that send nothing themselves.
@@ -760,6 +768,8 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     grants, where = rbac_grants()
     assert used == grants
     assert where.pop("systemconfigurations") == {SYSTEM_CONFIGURATION[0]}
+    for health in ("clientmounts", "systemstatuses"):  # cluster-wide (rabbit and node health)
+        assert where.pop(health) == {"*"}, health
     assert where.pop("nnfdatamovements") == {"*"}  # in nnf-dm-system and rabbit namespaces
     assert all(scopes == {Policy().namespace} for scopes in where.values()), where
 

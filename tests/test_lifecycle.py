@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flux_dws import lifecycle as lc
+from flux_dws.health import Failures
 from flux_dws.identity import FINALIZER
 from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo, decide
 from flux_dws.policy import policy_from_table
@@ -241,7 +242,9 @@ PHASE_FOR = {
 @pytest.mark.parametrize("state", ACTIVE_STATES)
 def test_error_in_any_state_raises_the_message_and_tears_down_at_once(state):
     phase = PHASE_FOR[state]
-    j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state))
+    # Setup and PreRun first look for the nodes that failed: here none is identified
+    found = {"failures": Failures(state.value)} if state in (State.SETUP, State.PRERUN) else {}
+    j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state), **found)
     message = "DW Directive 0: User error: no space left"
     actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
     raised = of(actions, lc.RaiseException)
@@ -679,6 +682,10 @@ def test_every_state_status_phase_gives_only_legal_consistent_actions(
         assert not of(actions, lc.RaiseException), "a second fatal exception"
     if settled and status is Status.ERROR and state is not State.TEARDOWN:
         teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
+        if of(actions, lc.ReadFailures):  # Setup/PreRun: find the failed nodes first
+            assert phase is JobPhase.PROLOG and state in (State.SETUP, State.PRERUN)
+            assert actions == [lc.ReadFailures(state)]
+            return
         assert teardown in actions
         assert j.exception or of(actions, lc.RaiseException)
 

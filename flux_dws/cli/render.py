@@ -274,6 +274,8 @@ def render_status(
     if status.exception:
         exc = status.exception
         tail.append(("EXCEPTION", f"{exc.get('type', '?')}: {exc.get('note', '')}"))
+    if status.tolerance is not None:
+        tail.append(("TOLERANCE", status.tolerance))
     if status.teardown_failed is not None:
         tail.append(("TEARDOWN", f"failed: {status.teardown_failed}"))
     if tail:

@@ -198,6 +198,7 @@ class JobStatus:
     exception: Mapping[str, Any] | None = field(hash=False)
     teardown_failed: str | None
     env: Mapping[str, str] = field(hash=False)
+    tolerance: str | None = None  # dw_failure_tolerance asked for and what it was used for
     now: float = 0.0
 
 
@@ -393,6 +394,10 @@ def build_status(
     userid = submit.get("userid")
     env = _context(_last(eventlog, "dws-environment")).get("env")
     teardown = _last(eventlog, "dws-teardown-failed")
+    drained = _context(teardown).get("drained")
+    torn = str(_context(teardown).get("reason") or "") if teardown else None
+    if torn is not None and isinstance(drained, list) and drained:
+        torn += f"; drained {','.join(map(str, drained))}"
     note = unreadable or workflow_note
     if wf is None and not note and created:
         note = "deleted" if not active else "not found"
@@ -412,10 +417,28 @@ def build_status(
         transient=transient_condition(eventlog),
         last_message=last_message(eventlog, wf),
         exception=fatal_exception(eventlog),
-        teardown_failed=str(_context(teardown).get("reason") or "") if teardown else None,
+        teardown_failed=torn,
         env=dict(env) if isinstance(env, Mapping) else {},
         now=now,
+        tolerance=tolerance_line(eventlog),
     )
+
+
+def tolerance_line(eventlog: Sequence[Event]) -> str | None:
+    """``dw_failure_tolerance`` and the nodes it let the job go on without, or None (0)."""
+    allowed = _context(_last(eventlog, "dws-workflow")).get("failure_tolerance")
+    used = [_context(e) for e in events_named(eventlog, "dws-tolerated")]
+    if not used and not (isinstance(allowed, int) and allowed > 0):
+        return None
+    line = f"{allowed if isinstance(allowed, int) else '?'} node(s) allowed"
+    nodes = _context(_last(eventlog, "dws-tolerated")).get("all")
+    count = len(nodes) if isinstance(nodes, list) else 0
+    line += f", {count} used"
+    for ctx in used:
+        names = ctx.get("nodes")
+        if isinstance(names, list):
+            line += f"; {ctx.get('state', '?')}: {','.join(map(str, names))}"
+    return line
 
 
 def _live(wf: WorkflowView | None) -> LiveWorkflow | None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flux_dws.errors import RequestError
+from flux_dws.health import Failures
 from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.policy import Policy
 from flux_dws.request import DwRequest, request_from_attributes
@@ -41,6 +42,7 @@ def job_view(
     *,
     groupid: int,
     proposal: ProposalInfo | None = None,
+    failures: Failures | None = None,
 ) -> JobView:
     """Build the lifecycle core's view of one job from its record and parsed request."""
     userid = int(record["userid"])
@@ -67,9 +69,18 @@ def job_view(
         teardown_reason=_reason(state_event) if posted_state is State.TEARDOWN else "",
         transient=_transient(dws.get("dws-transient")),
         container_recorded=_container(dws.get("dws-container")),
+        teardown_failed="dws-teardown-failed" in dws,
+        tolerated=_nodes((dws.get("dws-tolerated") or {}).get("all")),
         copies_recorded=_copies(dws.get("dws-datamovement")),
         proposal=proposal,
+        failures=failures,
     )
+
+
+def _nodes(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({v for v in value if isinstance(v, str)}))
 
 
 def _state(value: Any) -> State | None:

@@ -37,6 +37,7 @@ from flux_dws.k8s.errors import (
 )
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
+    CLIENTMOUNTS,
     COMPUTES,
     CONTAINER_PROFILES,
     DWS_GROUP,
@@ -46,6 +47,8 @@ from flux_dws.k8s.resources import (
     STORAGES,
     SYSTEM_CONFIGURATION,
     SYSTEM_CONFIGURATIONS,
+    SYSTEM_STATUS,
+    SYSTEM_STATUSES,
     WORKFLOWS,
     ApiVersions,
     ServedGroup,
@@ -74,6 +77,10 @@ MERGE_PATCH = "application/merge-patch+json"
 
 #: How often a finalizer removal re-reads and retries after a conflict (409).
 CONFLICT_RETRIES = 10
+#: workflows per list request (kubectl's default chunk size), and how often one list may
+#: restart after its continue token expired.
+LIST_PAGE = 500
+LIST_RESTARTS = 3
 
 
 def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
@@ -146,6 +153,9 @@ class RequestObserver(Protocol):
 
 class KubeClient:
     """The DWS and NNF requests of one Flux instance, in one namespace."""
+
+    #: workflows per list request (an instance may lower it, e.g. to exercise paging)
+    _page_size: int = LIST_PAGE
 
     def __init__(
         self,
@@ -343,8 +353,40 @@ class KubeClient:
         )
 
     def list_workflows(self, limit: int | None = None) -> tuple[list[dict], str]:
-        """This instance's workflows (by label) and the list's resourceVersion."""
-        extra = {"limit": limit} if limit else {}
+        """This instance's workflows (by label) and the list's resourceVersion.
+
+        Lists in pages of ``LIST_PAGE`` (a real server throttles one huge list); every page
+        of one list shows the same resourceVersion.  A continue token that expired (410)
+        restarts the list, a bounded number of times.  ``limit``: one page of at most that
+        many, for a cheap probe.
+        """
+        if limit:
+            items, rv, _ = self._list_page(limit, None)
+            return items, rv
+        restarts = 0
+        while True:
+            items: list[dict] = []
+            token: str | None = None
+            try:
+                while True:
+                    page, rv, token = self._list_page(self._page_size, token)
+                    items.extend(page)
+                    if not token:
+                        return items, rv
+            except KubeError as exc:
+                if exc.status != 410 or token is None or restarts >= LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.info(
+                    "listing workflows: continue token expired after %d items; restarting the"
+                    " list (%d of %d)",
+                    len(items),
+                    restarts,
+                    LIST_RESTARTS,
+                )
+
+    def _list_page(self, limit: int, token: str | None) -> tuple[list[dict], str, str | None]:
+        extra = {"_continue": token} if token else {}
         result = self._call(
             "list",
             "workflows in namespace",
@@ -355,9 +397,12 @@ class KubeClient:
             self.namespace,
             WORKFLOWS,
             label_selector=instance_selector(self.identity),
+            limit=limit,
             **extra,
         )
-        return list(result.get("items") or []), version_of(result)
+        meta = result.get("metadata") if isinstance(result, dict) else None
+        token = meta.get("continue") if isinstance(meta, dict) else None
+        return list(result.get("items") or []), version_of(result), token or None
 
     def set_desired_state(self, name: str, state: State, *, hurry: bool = False) -> dict:
         """Merge-patch spec.desiredState (with hurry, only for Teardown)."""
@@ -412,6 +457,8 @@ class KubeClient:
             name,
         )
 
+    # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.health) --------------
+
     def list_storages(self) -> list[dict]:
         """Every rabbit's Storage resource (capacity, health, links to its computes)."""
         found = self._call(
@@ -426,6 +473,76 @@ class KubeClient:
         )
         items = found.get("items") if isinstance(found, Mapping) else None
         return [i for i in items or [] if isinstance(i, dict)]
+
+    def read_system_status(self) -> dict | None:
+        namespace, name = SYSTEM_STATUS
+        return self._get(
+            "systemstatus",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_STATUSES,
+            name,
+        )
+
+    def write_system_status(self, patch: dict, exists: bool) -> dict:
+        """Merge-patch SystemStatus default/default, or create it holding ``patch``."""
+        namespace, name = SYSTEM_STATUS
+        if exists:
+            return self._patch("systemstatus", namespace, name, SYSTEM_STATUSES, patch)
+        body = {
+            "apiVersion": f"{DWS_GROUP}/{self.versions.workflow}",
+            "kind": "SystemStatus",
+            "metadata": {"name": name, "namespace": namespace},
+            **patch,
+        }
+        return self._call(
+            "create",
+            "systemstatus",
+            f"{namespace}/{name}",
+            self._custom.create_namespaced_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SYSTEM_STATUSES,
+            body,
+        )
+
+    def list_clientmounts(self, workflow: str, namespace: str | None = None) -> list[dict]:
+        """The ClientMounts of a workflow (one per compute node, in the node's namespace)."""
+        selector = (
+            f"{DWS_GROUP}/workflow.name={workflow},"
+            f"{DWS_GROUP}/workflow.namespace={namespace or self.namespace}"
+        )
+        result = self._call(
+            "list",
+            "clientmounts",
+            workflow,
+            self._custom.list_cluster_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            CLIENTMOUNTS,
+            label_selector=selector,
+        )
+        return list(result.get("items") or [])
+
+    def read_servers(self, namespace: str, name: str) -> dict | None:
+        return self._get(
+            "servers",
+            f"{namespace}/{name}",
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            SERVERS,
+            name,
+        )
+
+    def force_ready(self, name: str) -> dict:
+        """spec.forceReady: DWS takes the current state as ready (failure tolerance)."""
+        return self._patch(
+            "workflow", self.namespace, name, WORKFLOWS, {"spec": {"forceReady": True}}
+        )
 
     def read_container_profile(self, workflow: Mapping) -> dict | None:
         """The container profile nnf-sos pinned for this workflow, or None.

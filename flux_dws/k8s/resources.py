@@ -35,6 +35,9 @@ STORAGE_NAMESPACE = "default"
 
 #: DWS keeps the one SystemConfiguration here.
 SYSTEM_CONFIGURATION = ("default", "default")
+SYSTEM_STATUS = ("default", "default")
+SYSTEM_STATUSES = "systemstatuses"
+CLIENTMOUNTS = "clientmounts"
 
 #: nnf-sos defaults when a profile leaves a timeout out (dws-api.md section 4).
 DEFAULT_CONTAINER_TIMEOUT = 300

@@ -43,6 +43,15 @@ def _uid(obj: dict) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
+def slim(obj: dict) -> dict:
+    """``obj`` without metadata.managedFields: the server's bookkeeping of who wrote which
+    field, which nothing here reads and which would double what each workflow costs to hold."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 def _number(rv: str) -> int | None:
     return int(rv) if rv.isdigit() else None
 
@@ -225,6 +234,7 @@ class WorkflowWatch:
 
     def _relist(self) -> None:
         items, rv = self._client.list_workflows()
+        items = [slim(obj) for obj in items]
         self.relists += 1
         self._health(True)
         deliveries = self._delivered.relist(items, rv)
@@ -261,7 +271,7 @@ class WorkflowWatch:
                     return "closed"
                 received += 1
                 event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
+                kind, obj = event.get("type"), slim(event.get("object") or {})
                 if kind == "ERROR":
                     code = obj.get("code")
                     if code == 410:

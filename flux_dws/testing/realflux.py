@@ -347,6 +347,43 @@ class RealFlux:
         path = self.workdir / "service.log"
         return path.read_text() if path.exists() else ""
 
+    # ------------------------------------------------------------------ nodes (the admin's side)
+
+    def drain(self, targets: str, reason: str = "", mode: str | None = None) -> None:
+        """``flux resource drain``: OSError as flux-core refuses (EEXIST: already drained)."""
+        payload = {"targets": targets, "reason": reason}
+        if mode:
+            payload["mode"] = mode
+        self._handle.rpc("resource.drain", payload, nodeid=0).get()
+
+    def undrain(self, targets: str, mode: str | None = None) -> None:
+        payload = {"targets": targets, **({"mode": mode} if mode else {})}
+        self._handle.rpc("resource.undrain", payload, nodeid=0).get()
+
+    def drained(self) -> dict[str, str]:
+        """Drained host -> reason, from resource.status."""
+        from flux.hostlist import Hostlist
+
+        from flux_dws.flux.resource import parse_resource_status
+
+        response = self._handle.rpc("resource.status", {}, nodeid=0).get()
+        status = parse_resource_status(
+            response, lambda lists: [h for item in lists for h in Hostlist(item)]
+        )
+        return dict(status.drained)
+
+    def drain_table(self) -> str:
+        """What `flux resource drain -o "{nodelist} {reason}"` prints (reasons not cut)."""
+        out = subprocess.run(
+            [self.flux, "resource", "drain", "-no", "{nodelist} {reason}"],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return out.stdout
+
     # ------------------------------------------------------------------ the user's side
 
     def submit(

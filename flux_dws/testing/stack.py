@@ -32,6 +32,7 @@ from flux_dws.request import request_from_attributes
 from flux_dws.service import Service
 from flux_dws.states import State
 from flux_dws.testing.dwssim import DwsSim, compute_names, seed
+from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 from flux_dws.testing.kubeapi.admission import deny
@@ -108,7 +109,7 @@ class Stack:
             self.api = KubeApi(seed=self.seed).start()
             self.api.write_kubeconfig(self.kubeconfig)
             extra = {} if self.capacity is None else {"capacity": self.capacity}
-            seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
+            self.rabbits = seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
             self.sim = DwsSim(
                 self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
             ).start()
@@ -190,6 +191,7 @@ class Stack:
             jobmanager=JobManager(self._connection),
             kube=kube,
             owner_uid=self.owner_uid,
+            nodes=self.flux.nodes(loop),
         )
         loop.call_soon(service.start)
         loop.start_thread()
@@ -310,12 +312,16 @@ class Stack:
         nnodes: int = 1,
         exit_status: int = 0,
         userid: int | None = None,
+        tolerance: int | None = None,
     ) -> int:
-        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...` would."""
+        """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...
+        -S dw_failure_tolerance=N` would."""
         assert self.flux is not None
         attributes: dict[str, Any] = {"dw": dw if isinstance(dw, str) else list(dw)}
         if timeouts:
             attributes["dw_timeout"] = dict(timeouts)
+        if tolerance is not None:
+            attributes["dw_failure_tolerance"] = tolerance
         return self.flux.submit(
             attributes, userid=userid, nnodes=nnodes, runtime=runtime, exit_status=exit_status
         )
@@ -374,6 +380,11 @@ class Stack:
                 raise deny(reason)
 
         self.api.store.add_admission("workflows", hook)
+
+    def set_rabbit(self, rabbit: str, status: str, **kw: Any) -> None:
+        """What DWS's Storage controller reports: the rabbit (or some links) change status."""
+        assert self.api is not None
+        set_rabbit_status(self.api.store, rabbit, status, **kw)
 
     def workflows(self) -> list[dict[str, Any]]:
         """This instance's workflows still in the API server."""

@@ -34,6 +34,7 @@ from flux_dws.states import State, Status
 from flux_dws.storage import rabbit_map
 from flux_dws.testing.dwssim import companions as cmp
 from flux_dws.testing.dwssim import datamovement as dm
+from flux_dws.testing.dwssim import faults as flt
 from flux_dws.testing.dwssim import pods as pd
 from flux_dws.testing.dwssim.capacity import CapacityLedger, requested
 from flux_dws.testing.dwssim.containers import (
@@ -156,6 +157,8 @@ class DwsSim:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: Any = None
+        #: rabbits whose Setup fails and computes whose mount fails (flux_dws...faults)
+        self.faults = flt.Faults()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -409,7 +412,7 @@ class DwsSim:
         self._write_workflow(workflow, decide)
         # Teardown removed these already; a workflow deleted before it leaves them: after
         # the finalizer, so that a deletion is not held up by them.
-        for plural in ("pods", dm.PLURAL):
+        for plural in ("pods", dm.PLURAL, "clientmounts"):
             self._delete_labelled(workflow, plural)
         self._forget(workflow)
 
@@ -645,7 +648,12 @@ class DwsSim:
                 WLM,
                 "Fatal",
             ).fail()
-        self._set_status("servers", servers, cmp.servers_status(servers, _now()))
+        status = cmp.servers_status(servers, _now())
+        failed = [r for r in flt.rabbits_of(servers) if r in self.faults.snapshot()[0]]
+        if failed:
+            self._set_status("servers", servers, flt.failed_servers_status(status, failed))
+            return flt.setup_failure(failed)
+        self._set_status("servers", servers, status)
         return Complete()
 
     def _rabbit_capacity(self) -> dict[str, int | None]:
@@ -663,7 +671,9 @@ class DwsSim:
             parsed = [x for x in self._directives(wf).values() if isinstance(x, Directive)]
             if cmp.COPY_OFFLOAD in cmp.requires_of(d):
                 self._issue_token(wf)
-            return Complete(env=cmp.storage_env(wf, d, parsed))
+            env = cmp.storage_env(wf, d, parsed)
+            failed = self._mount(wf, d, env)
+            return flt.mount_failure(failed) if failed else Complete(env=env)
         if d.command != "container":
             return Complete()
         settings = self._profile(wf, d)
@@ -742,6 +752,18 @@ class DwsSim:
         if d.command in ("container", "copy_in", "copy_out"):
             self._delete_labelled(wf, "pods" if d.command == "container" else dm.PLURAL)
         return Complete()
+
+    def _mount(self, wf: dict[str, Any], d: Directive, env: Mapping[str, str]) -> list[str]:
+        """nnf-sos mounts the file system on each of the workflow's computes: one ClientMount
+        per compute; the computes whose mount failed."""
+        meta = wf["metadata"]
+        computes = self._get("computes", meta["namespace"], meta["name"]) or {}
+        hosts = [c.get("name", "") for c in computes.get("data") or [] if c.get("name")]
+        broken = self.faults.snapshot()[1]
+        path = cmp.mount_path(wf, d.index)
+        for host in hosts:
+            self._ensure("clientmounts", flt.clientmount(wf, d.index, host, path, host in broken))
+        return [h for h in hosts if h in broken]
 
     def _delete_labelled(
         self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()

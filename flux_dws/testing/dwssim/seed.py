@@ -7,11 +7,13 @@ from typing import Any
 
 from flux_dws.testing.dwssim.companions import (
     RABBIT_CAPACITY,
+    api_object,
     group_computes,
     storage_resource,
     system_configuration,
 )
 from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, PROFILE_PLURAL, seeded_profiles
+from flux_dws.testing.dwssim.datamovement import DM_NAMESPACE
 from flux_dws.testing.kubeapi.errors import ApiError
 
 
@@ -43,13 +45,27 @@ def seed(
         if rabbits is not None
         else group_computes(computes, per_rabbit)
     )
-    for namespace in ("default", PROFILE_NAMESPACE):
+    # The namespaces NNF runs in: profiles in nnf-system, Lustre data movement in
+    # nnf-dm-system, one per rabbit node and one per compute node (their per-node objects,
+    # such as ClientMounts, live there).
+    nodes = [*mapping, *(c for served in mapping.values() for c in served)]
+    for namespace in dict.fromkeys(("default", PROFILE_NAMESPACE, DM_NAMESPACE, *nodes)):
         try:
             store.create("namespaces", None, {"metadata": {"name": namespace}})
         except ApiError as exc:
             if exc.code != 409:
                 raise
     _put(store, "systemconfigurations", system_configuration(mapping))
+    # DWS's SystemStatus, which the WLM fills with its view of the compute nodes
+    _put(
+        store,
+        "systemstatuses",
+        {
+            **api_object("systemstatuses"),
+            "metadata": {"name": "default", "namespace": "default"},
+            "data": {"nodes": {}},
+        },
+    )
     for rabbit, served in mapping.items():
         size = capacity if isinstance(capacity, int) else capacity.get(rabbit, RABBIT_CAPACITY)
         _put(store, "storages", storage_resource(rabbit, served, size))

@@ -12,6 +12,7 @@ from typing import Any
 
 DW_KEY = "dw"
 TIMEOUT_KEY = "dw_timeout"
+TOLERANCE_KEY = "dw_failure_tolerance"
 
 
 def is_dw_job(system: Mapping[str, Any]) -> bool:

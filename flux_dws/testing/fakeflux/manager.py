@@ -36,6 +36,7 @@ from flux_dws.testing.fakeflux.jobs import (
     state_rank,
     wait_status,
 )
+from flux_dws.testing.fakeflux.nodes import DrainSet, FakeNodes
 from flux_dws.testing.fakeflux.plugin import DwsPlugin
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class FakeFlux:
         self.loop = Loop(clock, name="fakeflux")
         self._jobs: dict[int, Job] = {}
         self._free: set[str] = set(self.hosts)
+        self.drains = DrainSet(self.hosts, clock)  # the resource module's drained nodes
         self._ids = FluidGenerator(clock())
         self._plugin = DwsPlugin(self)
         self._sched_pending = False
@@ -222,6 +224,27 @@ class FakeFlux:
         """A connection for a client (the flux-dws service) whose callbacks run on client_loop."""
         userid = self.owner_uid if userid is None else userid
         return Connection(self.loop, self._plugin, client_loop, userid)
+
+    def nodes(self, client_loop: Loop) -> FakeNodes:
+        """The resource module's drain/undrain/status for a client on ``client_loop``."""
+        return FakeNodes(self, client_loop)
+
+    def drain(self, targets: str, reason: str = "", mode: str | None = None) -> None:
+        """``flux resource drain [--update|--force] targets reason`` (DrainError if refused)."""
+        self.loop.run_sync(self.drains.drain, targets, reason, mode)
+
+    def undrain(self, targets: str, mode: str | None = None) -> None:
+        """``flux resource undrain``; a freed node may take a waiting job."""
+        self.loop.run_sync(self.undrain_on_loop, targets, mode)
+
+    def undrain_on_loop(self, targets: str, mode: str | None = None) -> None:
+        """undrain() for callers on the job-manager's own thread (the resource module)."""
+        self.drains.undrain(targets, mode)
+        self._request_schedule()
+
+    def drained(self) -> dict[str, str]:
+        """``flux resource drain``: drained host -> reason."""
+        return self.loop.run_sync(lambda: dict(self.drains.status().drained))
 
     def _wait_for(
         self, jobid: int, done: Callable[[JobInfo], bool], what: str, timeout: float
@@ -400,9 +423,10 @@ class FakeFlux:
         """The scheduler: allocate waiting jobs in submit order, each one that fits now."""
         self._sched_pending = False
         for _, job in sorted(self._jobs.items()):
-            if job.state != "SCHED" or not job.alloc_queued or job.nnodes > len(self._free):
+            usable = [h for h in self.hosts if h in self._free and h not in self.drains.info]
+            if job.state != "SCHED" or not job.alloc_queued or job.nnodes > len(usable):
                 continue
-            job.hosts = [h for h in self.hosts if h in self._free][: job.nnodes]
+            job.hosts = usable[: job.nnodes]
             self._free.difference_update(job.hosts)
             job.alloc_queued = False
             self._post(job, "alloc", {})

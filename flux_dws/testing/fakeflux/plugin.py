@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 from flux_dws.flux.transport import RpcError
 from flux_dws.fsd import format_fsd
 from flux_dws.loop import Loop, Timer
-from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, is_dw_job
+from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, is_dw_job
 from flux_dws.testing.fakeflux.jobs import Job
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,9 @@ def job_record(job: Job) -> dict[str, Any]:
             "t_submit": job.t_submit,
             "phase": job_phase(job),
             "attributes": {
-                k: job.submitted[k] for k in (DW_KEY, TIMEOUT_KEY) if k in job.submitted
+                k: job.submitted[k]
+                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY)
+                if k in job.submitted
             },
             "hosts": job.hosts,
             "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)

@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from flux_dws.flux.transport import Callback, Payload, RpcError
 from flux_dws.loop import Loop
+from flux_dws.testing.fakeflux.nodes import DrainError, TransportNodes, serve_resource
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,9 @@ class FakeFluxServer:
                     continue
                 ident, method = int(request["id"]), str(request["method"])
                 payload = request.get("payload")
-                if request.get("stream"):
+                if method.startswith("resource."):  # flux-core's resource module
+                    self._resource(method, payload, answer(ident))
+                elif request.get("stream"):
                     cancels[ident] = conn.stream(method, payload, answer(ident))
                 else:
                     conn.rpc(method, payload, answer(ident))
@@ -134,6 +137,15 @@ class FakeFluxServer:
                 if sock in self._clients:
                     self._clients.remove(sock)
             _hang_up(sock)
+
+    def _resource(self, method: str, payload: Any, send: Callback) -> None:
+        def run() -> None:
+            try:
+                send(serve_resource(self.flux, method, payload), None)
+            except DrainError as exc:
+                send(None, RpcError(exc.errno or errno.EINVAL, exc.strerror or str(exc)))
+
+        self.flux.loop.call_soon(run)
 
 
 def _hang_up(sock: socket.socket) -> None:
@@ -294,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         jobmanager=JobManager(transport),
         kube=kube,
         owner_uid=os.getuid(),
+        nodes=TransportNodes(transport),
     )
     memory = {"baseline_mib": rss_mib(), "peak_tracked": 0, "rss_at_peak_mib": 0.0}
 

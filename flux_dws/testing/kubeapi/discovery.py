@@ -10,8 +10,9 @@ from collections.abc import Collection
 from typing import Optional
 
 from .errors import ApiError
-from .resources import CORE_VERSIONS, NAMESPACED_VERBS, served
+from .resources import CORE_VERSIONS, NAMESPACED_VERBS, Resource, served
 from .resources import groups as all_groups
+from .subresources import HANDLERS
 
 #: which named groups a server offers: None for every group in the resource table.
 Groups = Optional[Collection[str]]
@@ -83,15 +84,32 @@ def resource_list(group: str, version: str, allowed: Groups = None) -> dict:
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": f"{group}/{version}" if group else version,
-        "resources": [
-            {
-                "name": r.plural,
-                "singularName": r.singular,
-                "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": list(NAMESPACED_VERBS),
-                **({"shortNames": list(r.short_names)} if r.short_names else {}),
-            }
-            for r in resources
-        ],
+        "resources": [entry for r in resources for entry in _entries(r)],
     }
+
+
+def _entries(resource: Resource) -> list[dict]:
+    """A resource's discovery entry, then one per subresource ("storages/status")."""
+    found = [
+        {
+            "name": resource.plural,
+            "singularName": resource.singular,
+            "namespaced": resource.namespaced,
+            "kind": resource.kind,
+            "verbs": list(NAMESPACED_VERBS),
+            **({"shortNames": list(resource.short_names)} if resource.short_names else {}),
+        }
+    ]
+    names = [("status", ["get", "patch", "update"])] if resource.has_status else []
+    names += [(sub, ["get"]) for plural, sub in sorted(HANDLERS) if plural == resource.plural]
+    for sub, verbs in names:
+        found.append(
+            {
+                "name": f"{resource.plural}/{sub}",
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "kind": resource.kind,
+                "verbs": verbs,
+            }
+        )
+    return found

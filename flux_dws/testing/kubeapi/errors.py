@@ -20,13 +20,14 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.details = details
+        self.metadata: dict[str, Any] = {}  # ListMeta of the Status (a 410's continue token)
 
     def status(self) -> dict[str, Any]:
         """The v1 Status object for this error."""
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.metadata),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
@@ -65,9 +66,55 @@ def bad_request(message: str) -> ApiError:
 
 
 def invalid(kind_group: str, name: str, causes: list[str]) -> ApiError:
-    """422 Invalid, worded like the API server's field validation."""
+    """422 Invalid, worded like the API server's field validation.
+
+    Each cause is "field: message" as Go's field.Error prints it; the Status carries them
+    as details.causes (with the kind and name), from which kubectl prints
+    'The Workflow "x" is invalid: spec.desiredState: ...'.
+    """
     joined = causes[0] if len(causes) == 1 else "[" + ", ".join(causes) + "]"
-    return ApiError(422, "Invalid", f'{kind_group} "{name}" is invalid: {joined}')
+    kind, _, group = kind_group.partition(".")
+    details: dict[str, Any] = {"name": name, "kind": kind}
+    if group:
+        details["group"] = group
+    details["causes"] = [_cause(text) for text in causes]
+    return ApiError(422, "Invalid", f'{kind_group} "{name}" is invalid: {joined}', details)
+
+
+#: Go's field.ErrorType strings -> the StatusCause reason the server sends for each.
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Internal error", "InternalError"),
+    ("Not found", "FieldValueNotFound"),
+    ("Invalid value", "FieldValueInvalid"),
+)
+
+
+def _cause(text: str) -> dict[str, str]:
+    field, sep, message = text.partition(": ")
+    if not sep:
+        field, message = "", text
+    reason = next((r for prefix, r in _CAUSE_REASONS if message.startswith(prefix)), "")
+    if reason == "FieldValueInvalid" and " must be of type " in message:
+        reason = "FieldValueTypeInvalid"
+    return {"reason": reason, "message": message, "field": field}
+
+
+def go_strings(values: list[str]) -> str:
+    """A []string as Go's %#v prints it: []string{"a", "b"}."""
+    return "[]string{" + ", ".join(go_quote(v) for v in values) + "}"
+
+
+def go_quote(text: str) -> str:
+    """A string as Go's %q prints it (strconv.Quote, for the characters we meet)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    return '"' + "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in escaped) + '"'
 
 
 def expired(requested: int, oldest: int) -> ApiError:

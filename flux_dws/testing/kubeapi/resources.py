@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import builtin
+from .builtin import Column
 from .errors import ApiError
+
+__all__ = ["Column", "Resource", "RESOURCES", "by_plural", "groups", "lookup", "served"]
 
 DWS_GROUP = "dataworkflowservices.github.io"
 DWS_VERSIONS = ("v1alpha7", "v1alpha6")
@@ -20,17 +24,6 @@ NAMESPACED_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch
 
 
 @dataclass(frozen=True)
-class Column:
-    """An additionalPrinterColumn: what `kubectl get` shows via the Table response."""
-
-    name: str
-    type: str  # string | boolean | integer | date
-    json_path: str  # dotted path from the object root, e.g. ".status.state"
-    description: str = ""
-    priority: int = 0  # 0: always shown; 1: only with -o wide
-
-
-@dataclass(frozen=True)
 class Resource:
     plural: str
     kind: str
@@ -39,6 +32,12 @@ class Resource:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     columns: tuple[Column, ...] = ()
+    #: the Table starts with the Name column (CRDs, most built-in kinds; events do not)
+    name_column: bool = True
+    #: field selectors the kind supports besides metadata.name and metadata.namespace
+    field_labels: tuple[str, ...] = ()
+    #: subresources the kind declares ("status": spec and status are written separately)
+    subresources: tuple[str, ...] = ()
 
     @property
     def singular(self) -> str:
@@ -63,62 +62,142 @@ class Resource:
         """Kind.group, as the API server names a kind in validation messages."""
         return f"{self.kind}.{self.group}" if self.group else self.kind
 
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
 
+
+def _col(name: str, path: str, kind: str = "string", description: str = "", priority: int = 0):
+    return Column(name, kind, path, description, priority)
+
+
+# Each CRD's additionalPrinterColumns, in its order and with its names (kubectl upper-cases
+# them when printing); a CRD without any gets the API server's default "Age" column.
+_AGE = (_col("Age", ".metadata.creationTimestamp", "date"),)
+_CRD_AGE = (_col("AGE", ".metadata.creationTimestamp", "date"),)
+_ERROR = _col("ERROR", ".status.error.severity")
 _WORKFLOW_COLUMNS = (
-    Column("STATE", "string", ".status.state", "Current state"),
-    Column("READY", "boolean", ".status.ready", "True if current state is achieved"),
-    Column("STATUS", "string", ".status.status", "Indicates achievement of current state"),
-    Column("JOBID", "string", ".spec.jobID", "Job ID"),
-    Column("AGE", "date", ".metadata.creationTimestamp"),
-    Column("DESIREDSTATE", "string", ".spec.desiredState", "Desired state", 1),
-    Column("DESIREDSTATECHANGE", "date", ".status.desiredStateChange", "", 1),
-    Column("ELAPSEDTIMELASTSTATE", "string", ".status.elapsedTimeLastState", "", 1),
-    Column("UID", "string", ".spec.userID", "UID", 1),
-    Column("GID", "string", ".spec.groupID", "GID", 1),
+    _col("STATE", ".status.state", description="Current state"),
+    _col("READY", ".status.ready", "boolean", "True if current state is achieved"),
+    _col("STATUS", ".status.status", description="Indicates achievement of current state"),
+    _col("JOBID", ".spec.jobID", description="Job ID"),
+    *_CRD_AGE,
+    _col("DESIREDSTATE", ".spec.desiredState", description="Desired state", priority=1),
+    _col(
+        "DESIREDSTATECHANGE",
+        ".status.desiredStateChange",
+        "date",
+        "Time of most recent desiredState change",
+        1,
+    ),
+    _col(
+        "ELAPSEDTIMELASTSTATE",
+        ".status.elapsedTimeLastState",
+        description="Duration of last state change",
+        priority=1,
+    ),
+    _col("UID", ".spec.userID", description="UID", priority=1),
+    _col("GID", ".spec.groupID", description="GID", priority=1),
 )
-_AGE = (Column("AGE", "date", ".metadata.creationTimestamp"),)
+_ALLOCATION_READY = _col(
+    "READY", ".status.ready", "boolean", "True if allocation sets have been generated"
+)
+_STATUS = ("status",)
 
 
-def _dws(plural: str, kind: str, *columns: Column, short: tuple[str, ...] = ()) -> Resource:
-    return Resource(plural, kind, DWS_GROUP, DWS_VERSIONS, True, short, columns or _AGE)
+def _dws(plural: str, kind: str, *columns: Column, status: bool = False) -> Resource:
+    return Resource(
+        plural,
+        kind,
+        DWS_GROUP,
+        DWS_VERSIONS,
+        columns=columns or _AGE,
+        subresources=_STATUS if status else (),
+    )
 
 
 RESOURCES: tuple[Resource, ...] = (
     _dws("workflows", "Workflow", *_WORKFLOW_COLUMNS),
     _dws("computes", "Computes"),
-    _dws("directivebreakdowns", "DirectiveBreakdown", short=("dbd",)),
-    _dws("servers", "Servers"),
-    _dws("systemconfigurations", "SystemConfiguration"),
-    _dws("persistentstorageinstances", "PersistentStorageInstance", short=("psi",)),
+    _dws(
+        "directivebreakdowns",
+        "DirectiveBreakdown",
+        _ALLOCATION_READY,
+        _ERROR,
+        *_CRD_AGE,
+        status=True,
+    ),
+    _dws("servers", "Servers", _ALLOCATION_READY, _ERROR, *_CRD_AGE, status=True),
+    _dws(
+        "systemconfigurations",
+        "SystemConfiguration",
+        _col("READY", ".status.ready", "boolean", "True if SystemConfiguration is reconciled"),
+        *_CRD_AGE,
+        status=True,
+    ),
+    _dws("persistentstorageinstances", "PersistentStorageInstance", _ERROR, *_CRD_AGE, status=True),
     _dws("dwdirectiverules", "DWDirectiveRule"),
     _dws(
         "storages",
         "Storage",
-        Column("STATE", "string", ".spec.state", "State of the storage resource"),
-        Column("STATUS", "string", ".status.status", "Status of the storage resource"),
-        Column("MODE", "string", ".spec.mode", "State of live updates"),
+        _col("State", ".spec.state", description="State of the storage resource"),
+        _col("Status", ".status.status", description="Status of the storage resource"),
+        _col("Mode", ".spec.mode", description="State of live updates"),
         *_AGE,
+        status=True,
     ),
     _dws("systemstatuses", "SystemStatus"),
     _dws(
         "clientmounts",
         "ClientMount",
-        Column("DESIREDSTATE", "string", ".spec.desiredState", "The desired state"),
-        Column("READY", "boolean", ".status.allReady", "True if desired state is achieved"),
-        Column("ERROR", "string", ".status.error.severity"),
-        *_AGE,
+        _col("DESIREDSTATE", ".spec.desiredState", description="The desired state"),
+        _col("READY", ".status.allReady", "boolean", "True if desired state is achieved"),
+        _ERROR,
+        *_CRD_AGE,
+        status=True,
     ),
     Resource("nnfcontainerprofiles", "NnfContainerProfile", NNF_GROUP, NNF_VERSIONS, columns=_AGE),
-    Resource("nnfdatamovements", "NnfDataMovement", NNF_GROUP, NNF_VERSIONS, columns=_AGE),
-    Resource("pods", "Pod", "", CORE_VERSIONS, short_names=("po",), columns=_AGE),
+    Resource(
+        "nnfdatamovements",
+        "NnfDataMovement",
+        NNF_GROUP,
+        NNF_VERSIONS,
+        columns=(
+            _col("STATE", ".status.state", description="Current state"),
+            _col("STATUS", ".status.status", description="Status of current state"),
+            _ERROR,
+            *_CRD_AGE,
+        ),
+        subresources=_STATUS,
+    ),
+    Resource(
+        "pods",
+        "Pod",
+        "",
+        CORE_VERSIONS,
+        short_names=("po",),
+        columns=builtin.POD_COLUMNS,
+        field_labels=builtin.POD_FIELDS,
+        subresources=("status",),
+    ),
     Resource(
         "secrets",
         "Secret",
         "",
         CORE_VERSIONS,
-        columns=(Column("TYPE", "string", ".type"), *_AGE),
+        columns=builtin.SECRET_COLUMNS,
+        field_labels=("type",),
     ),
-    Resource("events", "Event", "", CORE_VERSIONS, short_names=("ev",), columns=_AGE),
+    Resource(
+        "events",
+        "Event",
+        "",
+        CORE_VERSIONS,
+        short_names=("ev",),
+        columns=builtin.EVENT_COLUMNS,
+        name_column=False,
+        field_labels=builtin.EVENT_FIELDS,
+    ),
     Resource(
         "namespaces",
         "Namespace",
@@ -126,7 +205,9 @@ RESOURCES: tuple[Resource, ...] = (
         CORE_VERSIONS,
         namespaced=False,
         short_names=("ns",),
-        columns=(Column("STATUS", "string", ".status.phase"), *_AGE),
+        columns=builtin.NAMESPACE_COLUMNS,
+        field_labels=("status.phase",),
+        subresources=("status",),
     ),
 )
 

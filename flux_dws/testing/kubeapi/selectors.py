@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .builtin import FIELD_PATHS
 from .errors import bad_request
+
+if TYPE_CHECKING:
+    from .resources import Resource
 
 _SET_RE = re.compile(r"^([^\s=!<>(),]+)\s+(in|notin)\s*\(([^()]*)\)$")
 _CMP_RE = re.compile(r"^([^\s=!<>(),]+)\s*(==|=|!=|>|<)\s*([^\s=!<>(),]*)$")
@@ -51,8 +55,14 @@ def matches(selector: Selector, labels: dict[str, str] | None) -> bool:
     return all(requirement.matches(labels) for requirement in selector)
 
 
-def parse_field_selector(text: str | None) -> tuple[tuple[str, bool, str], ...]:
-    """Parse "metadata.name=x,metadata.namespace!=y" into (path, equal, value) triples."""
+def parse_field_selector(
+    text: str | None, resource: Resource | None = None
+) -> tuple[tuple[str, bool, str], ...]:
+    """Parse "metadata.name=x,metadata.namespace!=y" into (path, equal, value) triples.
+
+    With ``resource``, only the field labels it supports are accepted (metadata.name, and
+    metadata.namespace where namespaced, for custom resources), as the server converts them.
+    """
     if not text or not text.strip():
         return ()
     result = []
@@ -60,8 +70,19 @@ def parse_field_selector(text: str | None) -> tuple[tuple[str, bool, str], ...]:
         found = _CMP_RE.match(part.strip())
         if not found or found.group(2) in (">", "<"):
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part.strip()}'")
-        result.append((found.group(1), found.group(2) != "!=", found.group(3)))
+        label = found.group(1)
+        if resource is not None and not _supported(resource, label):
+            raise bad_request(f"field label not supported: {label}")
+        if resource is not None and not resource.group:
+            label = FIELD_PATHS.get(label, label)
+        result.append((label, found.group(2) != "!=", found.group(3)))
     return tuple(result)
+
+
+def _supported(resource: Resource, label: str) -> bool:
+    if label == "metadata.name" or label in resource.field_labels:
+        return True
+    return label == "metadata.namespace" and (resource.namespaced or not resource.group)
 
 
 def fields_match(selector: tuple[tuple[str, bool, str], ...], obj: dict[str, Any]) -> bool:
@@ -69,6 +90,8 @@ def fields_match(selector: tuple[tuple[str, bool, str], ...], obj: dict[str, Any
         found: Any = obj
         for step in path.split("."):
             found = found.get(step) if isinstance(found, dict) else None
+        if isinstance(found, bool):
+            found = "true" if found else "false"
         if (str(found) if found is not None else "") == value:
             if not equal:
                 return False

@@ -23,11 +23,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, podlog
+import yaml
+
+from . import discovery, errors, openapi, params, podlog, protobuf, subresources
 from .errors import ApiError
 from .faults import Faults
-from .resources import Resource, lookup
-from .store import Store, Watch
+from .managed import Manager
+from .resources import CORE_VERSIONS, Resource, groups, lookup, served
+from .store import Store, Watch, Write
 from .tables import table, wants_table
 
 log = logging.getLogger("flux_dws.testing.kubeapi")
@@ -35,9 +38,7 @@ log = logging.getLogger("flux_dws.testing.kubeapi")
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-#: What the API server's query parsing (Go's strconv.ParseBool) takes as true: older
-#: kubernetes clients send Python's "True".
-GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+APPLY_PATCH = "application/apply-patch+yaml"
 IDLE_PROBE = 1.0  # seconds between checks that a quiet watch's client is still there
 
 
@@ -47,11 +48,12 @@ class ResourcePath:
     version: str
     namespace: str | None
     name: str | None
+    subresource: str | None = None  # "status", or one registered in subresources
 
 
 @dataclass(frozen=True)
 class DiscoveryPath:
-    doc: str  # root | version | api | apis | group | resources
+    doc: str  # root | version | api | apis | group | resources | openapi/v2 | openapi/v3
     group: str = ""
     version: str = ""
 
@@ -63,6 +65,8 @@ def parse_path(path: str) -> ResourcePath | DiscoveryPath:
         return DiscoveryPath("root")
     if parts == ["version"]:
         return DiscoveryPath("version")
+    if parts[:2] in (["openapi", "v2"], ["openapi", "v3"]):
+        return _openapi_path(parts)
     if parts[0] == "api" and len(parts) == 1:
         return DiscoveryPath("api")
     if parts[0] == "apis" and len(parts) <= 2:
@@ -78,15 +82,36 @@ def parse_path(path: str) -> ResourcePath | DiscoveryPath:
     namespace = None
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
-    if len(rest) > 2:
-        raise _not_found()  # no subresources (DWS has no status subresource)
+    if len(rest) > 3:
+        raise _not_found()
     resource = lookup(group, version, rest[0])
-    name = rest[1] if len(rest) == 2 else None
+    name = rest[1] if len(rest) >= 2 else None
+    subresource = rest[2] if len(rest) == 3 else None
+    if subresource is not None and not (
+        (subresource == "status" and resource.has_status)
+        or (resource.plural, subresource) in subresources.HANDLERS
+    ):
+        raise _not_found()
     if (namespace is not None and not resource.namespaced) or (
         resource.namespaced and name is not None and namespace is None
     ):
         raise _not_found()
-    return ResourcePath(resource, version, namespace, name)
+    return ResourcePath(resource, version, namespace, name, subresource)
+
+
+def _openapi_path(parts: list[str]) -> DiscoveryPath:
+    if parts == ["openapi", "v2"]:
+        return DiscoveryPath("openapi/v2")
+    if len(parts) == 2:
+        return DiscoveryPath("openapi/v3")
+    rest = parts[2:]
+    if rest[0] == "api" and len(rest) == 2:
+        group, version = "", rest[1]
+    elif rest[0] == "apis" and len(rest) == 3:
+        group, version = rest[1], rest[2]
+    else:
+        raise _not_found()
+    return DiscoveryPath("openapi/v3", group, version)
 
 
 def verb_of(method: str, target: ResourcePath, query: dict[str, str]) -> str:
@@ -94,7 +119,7 @@ def verb_of(method: str, target: ResourcePath, query: dict[str, str]) -> str:
     item = target.name is not None
     verbs = {
         ("GET", True): "get",
-        ("GET", False): "watch" if query.get("watch") in GO_TRUE else "list",
+        ("GET", False): "watch" if params.boolean(query, "watch") else "list",
         ("POST", False): "create",
         ("PUT", True): "update",
         ("PATCH", True): "patch",
@@ -192,7 +217,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         api = self.server.api
         url = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        raw_query = parse_qs(url.query, keep_blank_values=True)
+        query = {k: v[-1] for k, v in raw_query.items()}
+        self._dry_run_values = raw_query.get("dryRun", [])
+        self._query = query
+        self._warnings: list[str] = []
         try:
             body = self._read_body()
             pod_log = podlog.match(url.path) if method == "GET" else None
@@ -207,6 +236,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if method != "GET":
                     raise ApiError(405, "MethodNotAllowed", "discovery documents are read-only")
                 self._send_json(200, api.discovery(target))
+                return
+            if target.subresource not in (None, "status"):
+                self._serve_subresource(method, target, query, body)
                 return
             verb = verb_of(method, target, query)
             api._count(verb, target.resource.plural)
@@ -242,23 +274,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._serve_watch(target, query)
             return
         if verb == "list":
-            items, rv = store.list(
-                plural,
-                namespace,
-                query.get("labelSelector"),
-                query.get("fieldSelector"),
-                shared=True,
-            )
-            items = [self._versioned(target, obj) for obj in items]
-            if wants_table(self.headers.get("Accept", "")):
-                self._send_json(200, self._table(target, items, rv, query))
-                return
-            kind = f"{target.resource.kind}List"
-            api_version = target.resource.api_version(target.version)
-            meta = {"resourceVersion": rv}
-            self._send_json(
-                200, {"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}
-            )
+            self._serve_list(target, query)
             return
         if verb == "get":
             obj = self._versioned(target, store.get(plural, namespace, name or "", shared=True))
@@ -267,36 +283,176 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, self._table(target, [obj], rv, query))
             else:
                 self._send_json(200, obj)
-        elif verb == "create":
-            created = store.create(plural, namespace, _object_body(body), shared=True)
+            return
+        if verb == "delete":
+            self._serve_delete(target, body)
+            return
+        options = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}
+        write = self._write(target, query, options[verb])
+        params.check_field_validation(query)
+        if verb == "create":
+            if target.subresource is not None:
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+            obj = _object_body(body)
+            self._check_fields(target, query, obj)
+            created = store.create(plural, namespace, obj, shared=True, write=write)
             self._send_json(201, self._versioned(target, created))
         elif verb == "update":
-            replaced = store.replace(plural, namespace, name or "", _object_body(body), shared=True)
+            obj = _object_body(body)
+            self._check_fields(target, query, obj)
+            replaced = store.replace(plural, namespace, name or "", obj, shared=True, write=write)
             self._send_json(200, self._versioned(target, replaced))
-        elif verb == "patch":
+        elif self._content_type() == APPLY_PATCH:
+            force = params.boolean(query, "force")
+            if not query.get("fieldManager"):
+                raise errors.invalid(
+                    "PatchOptions.meta.k8s.io",
+                    "",
+                    ["fieldManager: Required value: is required for apply patch"],
+                )
+            applied = _object_body(body)
+            self._check_fields(target, query, applied)
+            write = Write(
+                Manager(write.manager.name if write.manager else "", "Apply", write.subresource),
+                write.subresource,
+                write.dry_run,
+                write.api_version,
+            )
+            obj, created = store.apply(
+                plural, namespace, name or "", applied, write, force=force, shared=True
+            )
+            self._send_json(201 if created else 200, self._versioned(target, obj))
+        else:
+            if "force" in query:
+                raise errors.invalid(
+                    "PatchOptions.meta.k8s.io",
+                    "",
+                    ["force: Forbidden: may not be specified for non-apply patch"],
+                )
             patch = self._patch_body(target, body)
-            patched = store.patch(plural, namespace, name or "", patch, shared=True)
+            if isinstance(patch, dict):  # a merge patch mirrors the object: same field checks
+                self._check_fields(target, query, patch)
+            patched = store.patch(plural, namespace, name or "", patch, shared=True, write=write)
             self._send_json(200, self._versioned(target, patched))
-        elif verb == "delete":
-            options = body if isinstance(body, dict) else {}
-            preconditions = options.get("preconditions")
-            gone = store.delete(plural, namespace, name or "", preconditions, shared=True)
-            meta = gone["metadata"]
-            if meta.get("finalizers"):
-                self._send_json(200, self._versioned(target, gone))
-            else:
-                details = {"name": meta["name"], "kind": plural, "uid": meta.get("uid")}
-                if target.resource.group:
-                    details["group"] = target.resource.group
-                status = {"kind": "Status", "apiVersion": "v1", "metadata": {}}
-                self._send_json(200, {**status, "status": "Success", "details": details})
+
+    def _write(self, target: ResourcePath, query: dict[str, str], options: str) -> Write:
+        """How this request writes: its field manager, endpoint and dry run."""
+        dry_run = params.dry_run(self._dry_run_values, options)
+        manager = params.field_manager(query, self.headers.get("User-Agent"))
+        subresource = target.subresource or ""
+        return Write(
+            Manager(manager, "Update", subresource if subresource == "status" else ""),
+            subresource,
+            dry_run,
+            target.resource.api_version(target.version),
+        )
+
+    def _check_fields(self, target: ResourcePath, query: dict[str, str], obj: dict) -> None:
+        """Fields the schema does not declare: a 400 with fieldValidation=Strict, else
+        dropped (pruned, as for a structural CRD schema) with a warning under Warn."""
+        unknown = openapi.unknown_fields(target.resource, obj)
+        if not unknown:
+            return
+        validation = params.check_field_validation(query)
+        names = [".".join(path) for path in unknown]
+        if validation == "Strict":
+            resource = target.resource
+            detail = ", ".join(f'unknown field "{name}"' for name in names)
+            raise errors.bad_request(
+                f'{resource.kind} in version "{target.version}" cannot be handled as a'
+                f" {resource.kind}: strict decoding error: {detail}"
+            )
+        for path in unknown:
+            parent = obj
+            for step in path[:-1]:
+                parent = parent[step]
+            del parent[path[-1]]
+        if validation == "Warn":
+            self._warnings.extend(f'unknown field "{name}"' for name in names)
+
+    def _serve_list(self, target: ResourcePath, query: dict[str, str]) -> None:
+        store = self.server.api.store
+        limit = params.integer(query, "limit") or 0
+        token = query.get("continue") or None
+        if token and query.get("resourceVersion"):
+            raise errors.bad_request(
+                "specifying resource version is not allowed when using continue"
+            )
+        items, rv, more, remaining = store.list_page(
+            target.resource.plural,
+            target.namespace,
+            query.get("labelSelector"),
+            query.get("fieldSelector"),
+            max(limit, 0),
+            token,
+            shared=True,
+        )
+        items = [self._versioned(target, obj) for obj in items]
+        if wants_table(self.headers.get("Accept", "")):
+            self._send_json(200, self._table(target, items, rv, query, more))
+            return
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if more:
+            meta["continue"] = more
+            if remaining is not None:
+                meta["remainingItemCount"] = remaining
+        kind = f"{target.resource.kind}List"
+        api_version = target.resource.api_version(target.version)
+        self._send_json(
+            200, {"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}
+        )
+
+    def _serve_delete(self, target: ResourcePath, body: Any) -> None:
+        if target.subresource is not None:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        store = self.server.api.store
+        query = self._query
+        params.integer(query, "gracePeriodSeconds")  # malformed: 400, as decoding would fail
+        params.boolean(query, "orphanDependents")
+        options = body if isinstance(body, dict) else {}
+        sent = options.get("dryRun")
+        dry_run = params.dry_run(
+            self._dry_run_values or (sent if isinstance(sent, list) else []), "DeleteOptions"
+        )
+        gone = store.delete(
+            target.resource.plural,
+            target.namespace,
+            target.name or "",
+            options.get("preconditions"),
+            shared=True,
+            dry_run=dry_run,
+        )
+        meta = gone["metadata"]
+        if meta.get("finalizers") or meta.get("deletionTimestamp"):
+            self._send_json(200, self._versioned(target, gone))
+        else:
+            details = {"name": meta["name"], "kind": target.resource.plural, "uid": meta.get("uid")}
+            if target.resource.group:
+                details["group"] = target.resource.group
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}}
+            self._send_json(200, {**status, "status": "Success", "details": details})
+
+    def _serve_subresource(
+        self, method: str, target: ResourcePath, query: dict[str, str], body: Any
+    ) -> None:
+        handler = subresources.HANDLERS[(target.resource.plural, target.subresource or "")]
+        request = subresources.Request(
+            method, target.namespace, target.name or "", query, body, dict(self.headers.items())
+        )
+        reply = handler(self.server.api.store, request)
+        self.send_response(reply.code)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
 
     def _serve_watch(self, target: ResourcePath, query: dict[str, str]) -> None:
         api = self.server.api
         rv = query.get("resourceVersion") or ""
-        bookmarks = query.get("allowWatchBookmarks") in GO_TRUE
+        bookmarks = params.boolean(query, "allowWatchBookmarks")
         as_table = wants_table(self.headers.get("Accept", ""))  # kubectl get -w
-        timeout = _float(query.get("timeoutSeconds"), api.default_watch_timeout)
+        seconds = params.integer(query, "timeoutSeconds")
+        timeout = api.default_watch_timeout if seconds is None else float(max(seconds, 0))
         failure: ApiError | None = None
         watch: Watch | None = None
         if rv not in ("", "0") and api.faults.take_forced_410():
@@ -371,10 +527,20 @@ class _Handler(BaseHTTPRequestHandler):
         """``obj`` (a stored object: never changed) as the requested version shows it."""
         return {**obj, "apiVersion": target.resource.api_version(target.version)}
 
-    def _table(self, target: ResourcePath, items: list[dict], rv: str, query: dict) -> dict:
+    def _table(
+        self,
+        target: ResourcePath,
+        items: list[dict],
+        rv: str,
+        query: dict,
+        continue_token: str | None = None,
+    ) -> dict:
         now = datetime.now(timezone.utc)
         include = query.get("includeObject", "Metadata")
-        return table(target.resource, items, rv, now, include)
+        return table(target.resource, items, rv, now, include, continue_token)
+
+    def _content_type(self) -> str:
+        return (self.headers.get("Content-Type") or "").split(";")[0].strip()
 
     def _patch_body(self, target: ResourcePath, body: Any) -> Any:
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -402,6 +568,13 @@ class _Handler(BaseHTTPRequestHandler):
             data = self.rfile.read(length) if length else b""
         if not data.strip():
             return None
+        if self._content_type() == protobuf.MEDIA_TYPE:
+            return protobuf.decode(data)
+        if self._content_type() == APPLY_PATCH:
+            try:
+                return yaml.safe_load(data)
+            except yaml.YAMLError as exc:
+                raise errors.bad_request(f"error decoding YAML: {exc}") from None
         try:
             return json.loads(data)
         except ValueError as exc:
@@ -427,6 +600,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        for warning in getattr(self, "_warnings", ()):
+            self.send_header("Warning", f"299 - {errors.go_quote(warning)}")
         self.end_headers()
         self.wfile.write(data)
 
@@ -599,7 +774,23 @@ class KubeApi:
             return discovery.api_group_list(self.groups)
         if target.doc == "group":
             return discovery.api_group(target.group, self.groups)
+        if target.doc == "openapi/v2":
+            return openapi.v2_doc(self._group_versions())
+        if target.doc == "openapi/v3":
+            if not target.version:
+                return openapi.v3_index(self._group_versions())
+            if (target.group, target.version) not in self._group_versions():
+                raise _not_found()
+            resources = list(served(target.group, target.version))
+            return openapi.group_version_doc(target.group, target.version, resources)
         return discovery.resource_list(target.group, target.version, self.groups)
+
+    def _group_versions(self) -> list[tuple[str, str]]:
+        found = [("", v) for v in CORE_VERSIONS]
+        for group, versions in groups().items():
+            if self.serves(group):
+                found.extend((group, v) for v in versions)
+        return found
 
     def _count(self, verb: str, plural: str) -> None:
         with self._counts_lock:
@@ -628,13 +819,6 @@ def _object_body(body: Any) -> dict:
     if not isinstance(body, dict):
         raise errors.bad_request("the request body must be a JSON object")
     return body
-
-
-def _float(text: str | None, default: float) -> float:
-    try:
-        return float(text) if text else default
-    except ValueError:
-        raise errors.bad_request(f"invalid timeoutSeconds {text!r}") from None
 
 
 def _not_found() -> ApiError:

@@ -20,17 +20,18 @@ import random
 import re
 import string
 import threading
-import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
-from . import errors
+from . import errors, managed, paging
 from .errors import ApiError
+from .managed import Manager
 from .resources import Resource, by_plural
 from .selectors import fields_match, matches, parse_field_selector, parse_label_selector
+from .watches import Watch, _dumps, _Event, _Snapshot
 
 __all__ = ["ApiError", "Hook", "Store", "Watch"]
 
@@ -57,180 +58,23 @@ _SYSTEM_METADATA = (
 
 
 @dataclass(frozen=True)
-class _Snapshot:
-    """A committed object and its JSON text: made once per commit, shared by every reader."""
+class Write:
+    """How a write arrived: over HTTP it names a field manager, the endpoint (main resource
+    "" or "status") and whether it is a dry run; in-process writes (the simulator's) use the
+    default, which neither records managedFields nor separates spec from status."""
 
-    obj: dict  # never mutated after commit
-    text: str  # json.dumps(obj)
+    manager: Manager | None = None
+    subresource: str | None = None
+    dry_run: bool = False
+    api_version: str = ""
 
-    @classmethod
-    def of(cls, obj: dict) -> _Snapshot:
-        return cls(obj, _dumps(obj))
-
-    def copy(self) -> dict:
-        """A private copy for a caller (one decoding; the text is never re-encoded)."""
-        return json.loads(self.text)
-
-    def out(self, shared: bool) -> dict:
-        """What a caller gets: a private copy, or with ``shared`` the object itself (read-only)."""
-        return self.obj if shared else json.loads(self.text)
+    def status_mode(self, resource: Resource) -> str:
+        if not resource.has_status or self.subresource is None:
+            return "track"
+        return "only" if self.subresource == "status" else "skip"
 
 
-@dataclass(frozen=True)
-class _Event:
-    rv: int
-    plural: str
-    type: str  # ADDED | MODIFIED | DELETED
-    snap: _Snapshot  # the object as committed
-    prev: _Snapshot | None
-
-
-class Watch:
-    """A stream of events for one resource, filtered by namespace and selectors.
-
-    ``next`` returns ('ADDED'|'MODIFIED'|'DELETED'|'BOOKMARK', object) or None on timeout or once
-    closed (with ``shared``, the object is the stored one: read it, never change it);
-    ``next_text`` the same with the object as JSON text, for a server that only sends it on.
-    With a bookmark interval, a quiet stream yields a BOOKMARK carrying only
-    metadata.resourceVersion: every matching event up to that version has been delivered.
-    """
-
-    def __init__(
-        self,
-        resource: Resource,
-        namespace: str | None,
-        label_selector: str | None,
-        field_selector: str | None,
-        start_rv: int,
-        bookmark_interval: float | None,
-        on_close: Callable[[Watch], None],
-        shared: bool = False,
-    ) -> None:
-        self.resource = resource
-        self._shared = shared
-        self._namespace = namespace if resource.namespaced else None
-        self._labels = parse_label_selector(label_selector)
-        self._fields = parse_field_selector(field_selector)
-        self._cond = threading.Condition()
-        self._queue: deque[tuple[str, _Snapshot]] = deque()  # shared with the store
-        self._seen_rv = start_rv
-        self._bookmark_interval = bookmark_interval
-        self._last_emit = time.monotonic()
-        self._closed = False
-        self._on_close = on_close
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def next(self, timeout: float) -> tuple[str, dict] | None:
-        found = self._next(timeout)
-        if found is None:
-            return None
-        kind, event = found
-        return kind, event.out(self._shared) if isinstance(event, _Snapshot) else event
-
-    def next_text(self, timeout: float, api_version: str | None = None) -> tuple[str, str] | None:
-        """``next`` with the object as JSON text; with ``api_version``, the object says that
-        apiVersion (as a server answering a request for that version must)."""
-        found = self._next(timeout)
-        if found is None:
-            return None
-        kind, event = found
-        if isinstance(event, _Snapshot):
-            return kind, _with_api_version(event.text, event.obj.get("apiVersion"), api_version)
-        if api_version is not None:
-            event["apiVersion"] = api_version
-        return kind, json.dumps(event)
-
-    def _next(self, timeout: float) -> tuple[str, _Snapshot | dict] | None:
-        """The next queued event, or a BOOKMARK (a new object) when one is due."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._cond:
-            while True:
-                if self._queue:
-                    found = self._queue.popleft()
-                    self._last_emit = time.monotonic()
-                    return found
-                if self._closed:
-                    return None
-                now = time.monotonic()
-                wake = deadline
-                if self._bookmark_interval is not None:
-                    due = self._last_emit + self._bookmark_interval
-                    if now >= due:
-                        self._last_emit = now
-                        return "BOOKMARK", self._bookmark_object()
-                    wake = min(wake, due)
-                if now >= deadline:
-                    return None
-                self._cond.wait(wake - now)
-
-    def bookmark(self) -> tuple[str, dict] | None:
-        """A BOOKMARK for the current position, or None while events are still queued."""
-        with self._cond:
-            if self._queue or self._closed:
-                return None
-            self._last_emit = time.monotonic()
-            return "BOOKMARK", self._bookmark_object()
-
-    def close(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._queue.clear()
-            self._cond.notify_all()
-        self._on_close(self)
-
-    def _bookmark_object(self) -> dict:
-        return {
-            "kind": self.resource.kind,
-            "apiVersion": self.resource.api_version(),
-            "metadata": {"resourceVersion": str(self._seen_rv)},
-        }
-
-    def _wants(self, obj: dict | None) -> bool:
-        if obj is None:
-            return False
-        meta = obj.get("metadata", {})
-        if self._namespace is not None and meta.get("namespace") != self._namespace:
-            return False
-        return matches(self._labels, meta.get("labels")) and fields_match(self._fields, obj)
-
-    def _offer(self, event: _Event | None, rv: int) -> None:
-        """Called under the store lock for every commit (event None: another resource)."""
-        delivered = None
-        if event is not None and event.plural == self.resource.plural:
-            delivered = self._translate(event)
-        with self._cond:
-            if self._closed:
-                return
-            self._seen_rv = max(self._seen_rv, rv)
-            if delivered is not None:
-                self._queue.append(delivered)
-                self._cond.notify_all()
-
-    def _push_added(self, snap: _Snapshot) -> None:
-        with self._cond:
-            self._queue.append(("ADDED", snap))
-
-    def _translate(self, event: _Event) -> tuple[str, _Snapshot] | None:
-        obj = event.snap.obj
-        prev = event.prev.obj if event.prev is not None else None
-        now_in = event.type != "DELETED" and self._wants(obj)
-        was_in = event.type != "ADDED" and self._wants(prev if event.type == "MODIFIED" else obj)
-        if event.type == "MODIFIED" and was_in and not now_in:
-            # Left the selector: DELETED with the old content at the new version, as k8s does.
-            assert event.prev is not None
-            gone = event.prev.copy()
-            gone["metadata"]["resourceVersion"] = str(event.rv)
-            return "DELETED", _Snapshot.of(gone)
-        if now_in:
-            return ("ADDED" if not was_in else "MODIFIED"), event.snap
-        if event.type == "DELETED" and was_in:
-            return "DELETED", event.snap
-        return None
+IN_PROCESS = Write()
 
 
 class Store:
@@ -287,10 +131,89 @@ class Store:
             found = self._matching(plural, namespace, label_selector, field_selector)
             return [snap.out(shared) for snap in found], str(self._rv)
 
+    def list_page(
+        self,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 0,
+        token: str | None = None,
+        *,
+        shared: bool = False,
+    ) -> tuple[list[dict], str, str | None, int | None]:
+        """One page of a list: (items, resourceVersion, continue token, remainingItemCount).
+
+        Every page of one list shows the objects as they were when its first page was taken.
+        """
+        resource = by_plural(plural)
+        labels = parse_label_selector(label_selector)
+        fields = parse_field_selector(field_selector, resource)
+        with self._lock:
+            start: tuple[str, str] | None = None
+            rv = self._rv
+            table = self._objects.get(plural, {})
+            if token:
+                found = paging.decode(token)
+                start = found.start
+                if found.rv != paging.INCONSISTENT:
+                    if found.rv < self._floor:
+                        raise paging.expired(found.start)
+                    rv = found.rv
+                    table = self._table_at(resource, rv)
+            keys = sorted(
+                key
+                for key in table
+                if (start is None or key > start)
+                and (namespace is None or not resource.namespaced or key[0] == namespace)
+            )
+            selected = labels or fields
+            chosen = (
+                (index, table[key])
+                for index, key in enumerate(keys)
+                if not selected
+                or (
+                    matches(labels, table[key].obj["metadata"].get("labels"))
+                    and fields_match(fields, table[key].obj)
+                )
+            )
+            items: list[_Snapshot] = []
+            for index, snap in chosen:
+                if limit and len(items) == limit:
+                    # one more matches: this page ends here.  The server counts what is left
+                    # only when nothing is filtered (remainingItemCount is unset otherwise).
+                    last = _key(resource, items[-1].obj)
+                    remaining = None if selected else len(keys) - index
+                    out = [s.out(shared) for s in items]
+                    return out, str(rv), paging.encode(rv, last), remaining
+                items.append(snap)
+            return [s.out(shared) for s in items], str(rv), None, None
+
+    def _table_at(self, resource: Resource, rv: int) -> dict[tuple[str, str], _Snapshot]:
+        """The objects of ``resource`` as they were at ``rv`` (within the history)."""
+        table = dict(self._objects.get(resource.plural, {}))
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.plural != resource.plural:
+                continue
+            key = _key(resource, event.snap.obj)
+            if event.type == "ADDED" or event.prev is None:
+                table.pop(key, None)
+            else:
+                table[key] = event.prev
+        return table
+
     # ---- writes --------------------------------------------------------------------------
 
     def create(
-        self, plural: str, namespace: str | None, obj: dict, *, shared: bool = False
+        self,
+        plural: str,
+        namespace: str | None,
+        obj: dict,
+        *,
+        shared: bool = False,
+        write: Write = IN_PROCESS,
     ) -> dict:
         resource = by_plural(plural)
         new = _copy(obj)
@@ -316,20 +239,55 @@ class Store:
             meta.pop(field, None)
         if resource.namespaced:
             meta["namespace"] = namespace
+        if write.status_mode(resource) == "skip":
+            new.pop("status", None)  # the status subresource alone writes status
         _normalize(resource, new)
         with self._lock:
+            if resource.namespaced:
+                self._check_namespace(namespace)
             new = self._admit(resource, "CREATE", None, new)
             key = (namespace, new["metadata"]["name"])
             if key in self._objects.get(plural, {}):
                 raise errors.already_exists(resource.qualified, key[1])
             meta = new["metadata"]
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1, name=key[1])
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), name=key[1])
+            if resource.group:  # custom resources count spec changes; these core kinds do not
+                meta["generation"] = 1
             if resource.namespaced:
                 meta["namespace"] = namespace
-            return self._commit(resource, key, "ADDED", new, None).out(shared)
+            if write.manager is not None:
+                if write.manager.operation == "Update":
+                    meta.pop("managedFields", None)
+                    managed.record_update(
+                        None, new, write.manager, write.api_version, _now(), "track"
+                    )
+            else:
+                meta.pop("managedFields", None)
+            return self._commit(resource, key, "ADDED", new, None, write.dry_run).out(shared)
+
+    def _check_namespace(self, namespace: str) -> None:
+        """NamespaceLifecycle: no new objects in a missing or terminating namespace."""
+        found = self._objects.get("namespaces", {}).get(("", namespace))
+        if found is None:
+            raise errors.not_found("namespaces", namespace)
+        if found.obj["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace {namespace} because it is being"
+                " terminated",
+                {"name": namespace, "kind": "namespaces"},
+            )
 
     def replace(
-        self, plural: str, namespace: str | None, name: str, obj: dict, *, shared: bool = False
+        self,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        obj: dict,
+        *,
+        shared: bool = False,
+        write: Write = IN_PROCESS,
     ) -> dict:
         """PUT: 409 Conflict when obj's metadata.resourceVersion is set and stale."""
         resource = by_plural(plural)
@@ -342,10 +300,17 @@ class Store:
             wanted = new.get("metadata", {}).get("resourceVersion")
             if wanted and wanted != old.obj["metadata"]["resourceVersion"]:
                 raise errors.conflict(resource.qualified, name)
-            return self._update(resource, old, new).out(shared)
+            return self._update(resource, old, new, write).out(shared)
 
     def patch(
-        self, plural: str, namespace: str | None, name: str, patch: Any, *, shared: bool = False
+        self,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        shared: bool = False,
+        write: Write = IN_PROCESS,
     ) -> dict:
         """RFC 7386 merge patch (a dict) or RFC 6902 JSON patch (a list of operations).
 
@@ -369,7 +334,58 @@ class Store:
             if wanted and wanted != old.obj["metadata"]["resourceVersion"]:
                 raise errors.conflict(resource.qualified, name)
             _check_type(resource, new)
-            return self._update(resource, old, new).out(shared)
+            return self._update(resource, old, new, write).out(shared)
+
+    def apply(
+        self,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        config: Any,
+        write: Write,
+        *,
+        force: bool = False,
+        shared: bool = False,
+    ) -> tuple[dict, bool]:
+        """Server-side apply of ``config`` by ``write.manager``: (object, whether created)."""
+        resource = by_plural(plural)
+        if not isinstance(config, dict) or not isinstance(config.get("metadata", {}), dict):
+            raise errors.bad_request("the apply configuration must be an object")
+        config = _copy(config)
+        if not config.get("apiVersion") or not config.get("kind"):
+            missing = "apiVersion" if not config.get("apiVersion") else "kind"
+            raise errors.bad_request(f"invalid object type: {missing} must be set")
+        _check_type(resource, config)
+        meta = config.setdefault("metadata", {})
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL"
+                f" ({name})"
+            )
+        meta["name"] = name
+        assert write.manager is not None
+        mode = write.status_mode(resource)
+        with self._lock:
+            key = (namespace or "" if resource.namespaced else "", name)
+            old = self._objects.get(plural, {}).get(key)
+            if old is None:
+                if write.subresource == "status":
+                    raise errors.not_found(resource.qualified, name)
+                merged = managed.apply(
+                    {"metadata": {}}, config, write.manager, write.api_version, _now(), force=force
+                )
+                created = self.create(
+                    plural, namespace, merged, shared=shared, write=_applying(write)
+                )
+                return created, True
+            if meta.get("resourceVersion") and (
+                meta["resourceVersion"] != old.obj["metadata"]["resourceVersion"]
+            ):
+                raise errors.conflict(resource.qualified, name)
+            merged = managed.apply(
+                old.obj, config, write.manager, write.api_version, _now(), force=force, status=mode
+            )
+            return self._update(resource, old, merged, _applying(write)).out(shared), False
 
     def delete(
         self,
@@ -379,6 +395,7 @@ class Store:
         preconditions: dict | None = None,
         *,
         shared: bool = False,
+        dry_run: bool = False,
     ) -> dict:
         """Delete now, or with finalizers set deletionTimestamp and keep the object.
 
@@ -390,15 +407,50 @@ class Store:
             old_meta = old.obj["metadata"]
             _check_preconditions(resource, old.obj, preconditions or {})
             key = _key(resource, old.obj)
-            if old_meta.get("finalizers"):
+            is_namespace = resource.plural == "namespaces"
+            if old_meta.get("finalizers") or is_namespace:
                 if old_meta.get("deletionTimestamp"):
                     return old.out(shared)
                 new = old.copy()
                 new["metadata"]["deletionTimestamp"] = _now()
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
-                new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
-                return self._commit(resource, key, "MODIFIED", new, old).out(shared)
-            return self._commit(resource, key, "DELETED", old.copy(), old).out(shared)
+                if is_namespace:  # spec.finalizers ["kubernetes"]: the namespace controller
+                    new.setdefault("status", {})["phase"] = "Terminating"
+                elif resource.group:
+                    new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
+                done = self._commit(resource, key, "MODIFIED", new, old, dry_run)
+                if is_namespace and not dry_run:
+                    self._finalize_namespace(name)
+                    done = self._objects.get("namespaces", {}).get(key, done)
+                return done.out(shared)
+            return self._commit(resource, key, "DELETED", old.copy(), old, dry_run).out(shared)
+
+    def _finalize_namespace(self, namespace: str) -> None:
+        """The namespace controller: delete everything in a terminating namespace, and the
+        namespace itself once nothing is left (objects with finalizers hold it)."""
+        ns = self._objects.get("namespaces", {}).get(("", namespace))
+        if ns is None or not ns.obj["metadata"].get("deletionTimestamp"):
+            return
+        left = False
+        for plural, table in list(self._objects.items()):
+            resource = by_plural(plural)
+            if not resource.namespaced:
+                continue
+            for key in [k for k in table if k[0] == namespace]:
+                self.delete(plural, namespace, key[1])
+                left = left or key in self._objects.get(plural, {})
+        if not left:
+            self._commit(by_plural("namespaces"), ("", namespace), "DELETED", ns.copy(), ns)
+
+    def _namespace_emptied(self, namespace: str) -> None:
+        """After a deletion in ``namespace``: a terminating namespace left empty goes too."""
+        ns = self._objects.get("namespaces", {}).get(("", namespace))
+        if ns is None or not ns.obj["metadata"].get("deletionTimestamp"):
+            return
+        for plural, table in self._objects.items():
+            if by_plural(plural).namespaced and any(k[0] == namespace for k in table):
+                return
+        self._commit(by_plural("namespaces"), ("", namespace), "DELETED", ns.copy(), ns)
 
     # ---- watches -------------------------------------------------------------------------
 
@@ -510,7 +562,7 @@ class Store:
         """The snapshots of ``plural`` a list or watch selects, in key order (under the lock)."""
         resource = by_plural(plural)
         labels = parse_label_selector(label_selector)
-        fields = parse_field_selector(field_selector)
+        fields = parse_field_selector(field_selector, resource)
         table = self._objects.get(plural, {})
         return [
             table[key]
@@ -520,7 +572,9 @@ class Store:
             and fields_match(fields, table[key].obj)
         ]
 
-    def _update(self, resource: Resource, old_snap: _Snapshot, new: dict) -> _Snapshot:
+    def _update(
+        self, resource: Resource, old_snap: _Snapshot, new: dict, write: Write = IN_PROCESS
+    ) -> _Snapshot:
         old = old_snap.obj
         old_meta, meta = old["metadata"], new.setdefault("metadata", {})
         for field, label in (("name", "name"), ("namespace", "namespace")):
@@ -529,6 +583,23 @@ class Store:
                     f"the {label} of the object ({meta[field]}) does not match the {label} on"
                     f" the URL ({old_meta.get(field)})"
                 )
+        mode = write.status_mode(resource)
+        if mode == "only":  # /status: everything but the status stays as stored
+            status = new.get("status")
+            sent_fields = meta.get("managedFields")
+            new = old_snap.copy()
+            meta = new["metadata"]
+            if sent_fields is not None:
+                meta["managedFields"] = sent_fields
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif mode == "skip":  # the main resource: status stays as stored
+            if "status" in old:
+                new["status"] = _copy(old["status"])
+            else:
+                new.pop("status", None)
         for field in (*_SYSTEM_METADATA, "name", "namespace"):
             if field in old_meta:
                 meta[field] = old_meta[field]
@@ -544,18 +615,32 @@ class Store:
                     old_meta["name"],
                     [
                         "metadata.finalizers: Forbidden: no new finalizers can be added if the"
-                        f" object is being deleted, found new finalizers {sorted(added)!r}"
+                        f" object is being deleted, found new finalizers"
+                        f" {errors.go_strings(sorted(added))}"
                     ],
                 )
         new = self._admit(resource, "UPDATE", old, new)
+        if write.manager is None:
+            if "managedFields" in old_meta:
+                new["metadata"]["managedFields"] = old_meta["managedFields"]
+            else:
+                new["metadata"].pop("managedFields", None)
+        elif write.manager.operation == "Update":
+            managed.record_update(old, new, write.manager, write.api_version, _now(), mode)
         key = _key(resource, old)
-        if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            return self._commit(resource, key, "DELETED", new, old_snap)
-        if _without_version(new) == _without_version(old):
-            return old_snap
-        if _content(new) != _content(old):
+        if (
+            old_meta.get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and resource.plural != "namespaces"
+        ):
+            return self._commit(resource, key, "DELETED", new, old_snap, write.dry_run)
+        if _without_version(new) == _without_version(old) and (
+            write.manager is None or _owners(new) == _owners(old)
+        ):
+            return old_snap  # a no-op write: nothing changes, not even the resourceVersion
+        if resource.group and _content(resource, new) != _content(resource, old):
             new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
-        return self._commit(resource, key, "MODIFIED", new, old_snap)
+        return self._commit(resource, key, "MODIFIED", new, old_snap, write.dry_run)
 
     def _admit(self, resource: Resource, operation: str, old: dict | None, new: dict) -> dict:
         """Run the hooks on ``new`` (the store's own copy); what they return becomes ours too."""
@@ -579,8 +664,16 @@ class Store:
         event_type: str,
         new: dict,
         prev: _Snapshot | None,
+        dry_run: bool = False,
     ) -> _Snapshot:
-        """Store ``new`` (ours from now on) at the next resourceVersion; tell every watch."""
+        """Store ``new`` (ours from now on) at the next resourceVersion; tell every watch.
+
+        A dry run goes no further than encoding: nothing is stored or seen by any watch.
+        """
+        if dry_run:
+            if prev is None:
+                new["metadata"].pop("resourceVersion", None)
+            return _Snapshot.of(new)
         rv = self._rv + 1
         new["metadata"]["resourceVersion"] = str(rv)
         snap = _Snapshot.of(new)  # a 400 for data that is not JSON, before anything changed
@@ -595,6 +688,8 @@ class Store:
         self._trim()
         for watch in list(self._watchers):
             watch._offer(event, rv)
+        if event_type == "DELETED" and resource.namespaced:
+            self._namespace_emptied(key[0])
         return snap
 
     def _trim(self) -> None:
@@ -608,22 +703,6 @@ class Store:
 
 def _copy(obj: Any) -> Any:
     return json.loads(_dumps(obj))
-
-
-def _dumps(obj: Any) -> str:
-    try:
-        return json.dumps(obj)
-    except (TypeError, ValueError) as exc:
-        raise errors.bad_request(f"object is not plain JSON data: {exc}") from None
-
-
-def _with_api_version(text: str, stored: Any, wanted: str | None) -> str:
-    """``text`` (an object whose apiVersion is ``stored``) saying apiVersion ``wanted``."""
-    if wanted is None or stored == wanted:
-        return text
-    obj = json.loads(text)
-    obj["apiVersion"] = wanted
-    return json.dumps(obj)
 
 
 def _now() -> str:
@@ -707,13 +786,20 @@ def _check_preconditions(resource: Resource, obj: dict, preconditions: dict) -> 
 
 
 def _normalize(resource: Resource, obj: dict) -> None:
-    """Server-side defaults of the built-in kinds we serve."""
+    """Server-side defaults of the built-in kinds we serve; ObjectMeta's empty collections
+    are dropped, as its Go struct (omitempty) never stores them."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if field in meta and not meta[field] and meta[field] is not None:
+                del meta[field]
     if resource.plural == "secrets":
         string_data = obj.pop("stringData", None) or {}
         data = obj.setdefault("data", {}) if string_data or "data" in obj else None
         for key, value in string_data.items():
             data[key] = base64.b64encode(str(value).encode()).decode()
-        obj.setdefault("type", "Opaque")
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
     elif resource.plural == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})
@@ -732,5 +818,23 @@ def _without_version(obj: dict) -> dict:
     return {**obj, "metadata": meta}
 
 
-def _content(obj: dict) -> dict:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}
+def _owners(obj: dict) -> list:
+    """managedFields without their times: who owns what."""
+    found = obj["metadata"].get("managedFields") or []
+    return [{k: v for k, v in e.items() if k != "time"} for e in found if isinstance(e, dict)]
+
+
+def _content(resource: Resource, obj: dict) -> dict:
+    """What generation counts: all but metadata (and status, for a kind with a subresource)."""
+    skip = ("metadata", "apiVersion", "kind", "status") if resource.has_status else _UNCOUNTED
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+_UNCOUNTED = ("metadata", "apiVersion", "kind")
+
+
+def _applying(write: Write) -> Write:
+    """The Write an apply's create or update goes on as (its managedFields already set)."""
+    assert write.manager is not None
+    apply_manager = Manager(write.manager.name, "Apply", write.manager.subresource)
+    return Write(apply_manager, write.subresource, write.dry_run, write.api_version)

@@ -1,0 +1,218 @@
+"""The service's hands on Flux's nodes: drain state, drain, undrain, Fluxion's rabbit pools.
+
+flux-core's resource module answers ``resource.status`` (R, the drained ranks with their
+reasons, the offline ranks) and ``resource.drain`` / ``resource.undrain`` (targets as a
+hostlist or idset; ``mode`` "update" leaves a node that already has a reason alone and skips
+nodes not drained on undrain).  The service runs as the instance owner, which these RPCs
+require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to mark each of
+a rabbit's ssd vertices up or down; their paths come from the rabbit-aware JGF in R's
+``scheduling`` key (flux_dws.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``), which
+``resource.status`` leaves out of its R, so they are asked of Fluxion itself
+(``sched-fluxion-resource.find``, every vertex, as JGF) the first time they are needed.
+
+``parse_resource_status`` is pure; ``FluxNodes`` is the thin adapter over a Flux handle and
+fakeflux has its own (flux_dws.testing.fakeflux.nodes) with the same semantics.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import posixpath
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+from flux_dws.frozen import FrozenMap
+
+log = logging.getLogger("flux-dws")
+
+
+Done = Callable[[Optional[str]], None]  # None, or a one-line error
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """Flux's view of its nodes: every host, the drained ones with reasons, the offline ones,
+    and each rabbit's ssd vertex paths where R holds a rabbit-aware graph."""
+
+    hosts: tuple[str, ...] = ()
+    drained: Mapping[str, str] = field(default_factory=FrozenMap)
+    offline: frozenset[str] = frozenset()
+    ssd_paths: Mapping[str, tuple[str, ...]] = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drained", FrozenMap(dict(self.drained)))
+        object.__setattr__(self, "ssd_paths", FrozenMap(dict(self.ssd_paths)))
+
+
+class NodeControl(Protocol):
+    """What the health monitor and the job actions need from Flux; callbacks on the loop."""
+
+    def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None: ...
+
+    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
+        """Drain ``hosts``; a host already drained keeps its reason unless ``replace``."""
+
+    def undrain(self, hosts: Sequence[str], on_done: Done) -> None: ...
+
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+        """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent)."""
+
+
+def decode_idset(text: str) -> list[int]:
+    """An RFC 22 idset ("0-3,7") -> its ids; ValueError when it is not one."""
+    ids: list[int] = []
+    for part in text.split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if last < first:
+            raise ValueError(f"bad idset range {part!r}")
+        ids.extend(range(first, last + 1))
+    return ids
+
+
+def parse_resource_status(
+    response: Mapping[str, Any], expand: Callable[[Iterable[str]], list[str]]
+) -> NodeStatus:
+    """A ``resource.status`` response -> NodeStatus; ``expand`` turns R's nodelist (hostlist
+    strings) into hostnames in rank order."""
+    execution = (response.get("R") or {}).get("execution") or {}
+    ranks: list[int] = []
+    for entry in execution.get("R_lite") or []:
+        ranks.extend(decode_idset(str(entry.get("rank", ""))))
+    names = expand(execution.get("nodelist") or [])
+    by_rank = dict(zip(sorted(set(ranks)), names))
+    drained: dict[str, str] = {}
+    for ids, info in (response.get("drain") or {}).items():
+        for rank in decode_idset(str(ids)):
+            if rank in by_rank:
+                drained[by_rank[rank]] = str((info or {}).get("reason") or "")
+    offline = {by_rank[r] for r in decode_idset(str(response.get("offline") or "")) if r in by_rank}
+    return NodeStatus(tuple(names), drained, frozenset(offline), ssd_paths(response.get("R")))
+
+
+def ssd_paths(R: Any) -> dict[str, tuple[str, ...]]:
+    """Rabbit -> the containment paths of its ssd vertices, from R's scheduling JGF."""
+    scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
+    graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
+    vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
+    found: dict[str, list[str]] = {}
+    for vertex in vertices if isinstance(vertices, list) else ():
+        meta = vertex.get("metadata") if isinstance(vertex, Mapping) else None
+        paths = meta.get("paths") if isinstance(meta, Mapping) else None
+        path = paths.get("containment") if isinstance(paths, Mapping) else None
+        if isinstance(path, str) and meta.get("type") == "ssd":
+            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append(path)
+    return {rabbit: tuple(sorted(p)) for rabbit, p in found.items()}
+
+
+class FluxNodes:
+    """NodeControl over a Flux handle (call only on the FluxLoop's thread)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self._fluxion: bool | None = None  # unknown until the first set_status answers
+        self._paths: Mapping[str, tuple[str, ...]] = {}  # rabbit -> ssd paths in Fluxion
+        self._asked_fluxion = False  # its graph was read once (find), whatever it held
+        self._unplaced: set[str] = set()
+
+    def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
+        self.handle.rpc(topic, dict(payload), nodeid=0).then(lambda f: then(f))
+
+    @staticmethod
+    def _error(future: Any) -> tuple[Any, str | None, int]:
+        try:
+            return future.get(), None, 0
+        except OSError as exc:
+            try:
+                text = future.error_string() or exc.strerror or str(exc)
+            except Exception:  # the future may be gone with the handle
+                text = exc.strerror or str(exc)
+            return None, text, exc.errno or 0
+
+    def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None:
+        from flux.hostlist import Hostlist
+
+        def expand(nodelist: Iterable[str]) -> list[str]:
+            names: list[str] = []
+            for item in nodelist:
+                names.extend(Hostlist(item))
+            return names
+
+        def answered(future: Any) -> None:
+            response, error, _ = self._error(future)
+            if error is not None:
+                on_done(None, f"resource.status: {error}")
+                return
+            try:
+                status = parse_resource_status(response or {}, expand)
+            except (ValueError, TypeError, AttributeError) as exc:
+                on_done(None, f"resource.status: unreadable answer: {exc}")
+                return
+            if status.ssd_paths:
+                self._paths = status.ssd_paths
+            on_done(status, None)
+
+        self._rpc("resource.status", {}, answered)
+
+    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
+        payload = {"targets": ",".join(hosts), "reason": reason}
+        payload["mode"] = "overwrite" if replace else "update"
+        self._rpc("resource.drain", payload, lambda f: on_done(self._error(f)[1]))
+
+    def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
+        payload = {"targets": ",".join(hosts), "mode": "update"}
+        self._rpc("resource.undrain", payload, lambda f: on_done(self._error(f)[1]))
+
+    def _read_fluxion_graph(self, then: Callable[[], None]) -> None:
+        """Learn the ssd vertices' paths from Fluxion's own graph (once)."""
+        self._asked_fluxion = True
+
+        def answered(future: Any) -> None:
+            response, error, errnum = self._error(future)
+            if errnum == errno.ENOSYS:
+                self._fluxion = False
+                log.info("sched-fluxion-resource is not loaded: rabbit pools are not marked")
+            elif error is not None:
+                log.warning("reading Fluxion's graph for rabbit pools failed: %s", error)
+            elif isinstance(response, Mapping):
+                self._paths = ssd_paths({"scheduling": response.get("R")}) or self._paths
+            then()
+
+        payload = {"criteria": "status=up or status=down", "format": "jgf"}
+        self._rpc("sched-fluxion-resource.find", payload, answered)
+
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+        paths = self._paths.get(rabbit, ())
+        if not paths and not self._asked_fluxion and self._fluxion is not False:
+            self._read_fluxion_graph(lambda: self.mark_rabbit(rabbit, up, on_done))
+            return
+        if self._fluxion is False or not paths:
+            if not paths and rabbit not in self._unplaced:
+                self._unplaced.add(rabbit)
+                log.info("rabbit %s has no ssd vertex in R's graph: not marked in Fluxion", rabbit)
+            on_done(None)
+            return
+        left = {"count": len(paths), "error": None}
+
+        def answered(future: Any) -> None:
+            _, error, errnum = self._error(future)
+            if errnum == errno.ENOSYS:
+                if self._fluxion is not False:
+                    log.info("sched-fluxion-resource is not loaded: rabbit pools are not marked")
+                self._fluxion = False
+                error = None
+            elif error is None:
+                self._fluxion = True
+            left["error"] = left["error"] or error
+            left["count"] -= 1
+            if left["count"] == 0:
+                failed = left["error"]
+                on_done(None if failed is None else f"sched-fluxion-resource.set_status: {failed}")
+
+        for path in paths:
+            payload = {"resource_path": path, "status": "up" if up else "down"}
+            self._rpc("sched-fluxion-resource.set_status", payload, answered)

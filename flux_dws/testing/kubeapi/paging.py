@@ -1,0 +1,75 @@
+"""List paging: ``limit`` and ``continue`` tokens, as the API server (over etcd) has them.
+
+A token names the resourceVersion of the first page and the key after which the next page
+starts; every page of one list shows the objects as they were at that version (the store
+rebuilds it from its event history), and a token older than the history is 410 Expired,
+answered with an "inconsistent" token (resourceVersion -1) that continues from the current
+state instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+from .errors import ApiError, bad_request
+
+Key = tuple[str, str]  # (namespace or "", name)
+INCONSISTENT = -1
+
+EXPIRED_MESSAGE = (
+    "The provided continue parameter is too old to display a consistent list result. You can"
+    " start a new list without the continue parameter, or use the continue token in this"
+    " response to retrieve the remainder of the results. Continuing with the provided token"
+    " results in an inconsistent list - objects that were created, modified, or deleted"
+    " between the time the first chunk was returned and now may show up in the list."
+)
+
+
+@dataclass(frozen=True)
+class Token:
+    rv: int  # the version every page shows; INCONSISTENT: the current state
+    start: Key  # the last key already returned
+
+
+def encode(rv: int, last: Key) -> str:
+    body = {"v": "meta.k8s.io/v1", "rv": rv, "start": f"{last[0]}/{last[1]}\x00"}
+    return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode()
+
+
+def decode(text: str) -> Token:
+    """The token a client sent back; 400 when it is not one of ours."""
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        body = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise bad_request("continue key is not valid: illegal base64 data") from None
+    if not isinstance(body, dict) or body.get("v") != "meta.k8s.io/v1":
+        raise bad_request("continue key is not valid: server does not recognize this encoded key")
+    rv, start = body.get("rv"), body.get("start")
+    if not isinstance(rv, int) or isinstance(rv, bool) or not isinstance(start, str):
+        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion")
+    if rv == 0 or rv < INCONSISTENT or "/" not in start:
+        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion")
+    namespace, _, name = start.rstrip("\x00").partition("/")
+    return Token(rv, (namespace, name))
+
+
+def expired(last: Key) -> ApiError:
+    """410 for a token older than the history, carrying the inconsistent continuation."""
+    error = ApiError(410, "Expired", EXPIRED_MESSAGE)
+    error.metadata = {"continue": encode(INCONSISTENT, last)}
+    return error
+
+
+def check_limit(text: str | None) -> int:
+    """The ``limit`` parameter: a non-negative integer (0 or absent: no limit)."""
+    if not text:
+        return 0
+    try:
+        limit = int(text)
+    except ValueError:
+        raise bad_request(f'strconv.ParseInt: parsing "{text}": invalid syntax') from None
+    return max(limit, 0)

@@ -1,0 +1,85 @@
+"""A rabbit that goes down, on a real Flux instance scheduled by Fluxion.
+
+The service marks a down rabbit's ``ssd`` pool down in Fluxion, so no new #DW job gets its
+nodes, while jobs without #DW still run there (nodes are not drained: ``drain-compute-nodes``
+is off here).  When the rabbit is Ready again its pool comes back.  Skipped, with one line,
+where flux-core or Fluxion (flux-sched) is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from flux_dws.rabbits import GIB, allocated_rabbits
+from flux_dws.testing.realflux import flux_command, fluxion_installed
+
+if flux_command() is None:
+    pytest.skip("flux-core is not installed: Fluxion health skipped", allow_module_level=True)
+if not fluxion_installed():
+    pytest.skip(
+        "Fluxion (flux-sched) is not installed: rabbit pools skipped", allow_module_level=True
+    )
+
+from waiting import wait_for  # noqa: E402
+
+from flux_dws.testing.stack import Stack  # noqa: E402
+
+RABBITS = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
+XFS = "#DW jobdw type=xfs capacity=10GiB name=scratch"
+WAIT = 120.0
+
+
+@pytest.fixture(scope="module")
+def stack():
+    config = {
+        "heartbeat": "2s",
+        "rabbit-scheduling": True,
+        "drain-compute-nodes": False,
+        "health-interval": "1s",
+    }
+    with Stack(
+        hosts=4, backend="flux", config=config, rabbits=RABBITS, capacity=100 * GIB
+    ) as running:
+        yield running
+
+
+def down_pools(stack) -> set[str]:
+    """Paths of the ssd vertices Fluxion holds down now."""
+    handle = stack.flux._handle
+    found = handle.rpc("sched-fluxion-resource.find", {"criteria": "status=down", "format": "jgf"})
+    text = str(found.get())
+    return {rabbit for rabbit in RABBITS if f"/{rabbit}/ssd" in text}
+
+
+def job_R(stack, jobid: int) -> dict:
+    import json
+
+    handle = stack.flux._handle
+    found = handle.rpc("job-info.lookup", {"id": jobid, "keys": ["R"], "flags": 0}).get()
+    return json.loads(found["R"]) if isinstance(found["R"], str) else found["R"]
+
+
+def test_a_down_rabbit_gets_no_new_dw_job_but_its_nodes_still_run_others(stack):
+    from flux.job import JobspecV1, submit
+
+    stack.set_rabbit("rabbit-1", "Offline")
+    wait_for(lambda: "rabbit-1" in down_pools(stack), "rabbit-1's pool down in Fluxion", WAIT)
+    assert not stack.flux.drained()  # drain-compute-nodes is off: nothing drained
+
+    dw_job = stack.submit(XFS, nnodes=2)
+    info = stack.wait(dw_job, timeout=WAIT)
+    assert info.result == "COMPLETED", info.exception
+    assert set(allocated_rabbits(job_R(stack, dw_job))) == {"rabbit-0"}
+
+    handle = stack.flux._handle
+    plain = int(submit(handle, JobspecV1.from_command(["true"], num_nodes=4, num_tasks=4)))
+    assert stack.wait(plain, timeout=WAIT).result == "COMPLETED"
+
+    wide = stack.submit(XFS, nnodes=3)  # needs rabbit-1: waits for it, does not fail
+    stack.wait(wide, state="SCHED", timeout=WAIT)
+    assert stack.flux.info(wide).state == "SCHED"
+    stack.set_rabbit("rabbit-1", "Ready")
+    wait_for(lambda: "rabbit-1" not in down_pools(stack), "rabbit-1's pool up again", WAIT)
+    info = stack.wait(wide, timeout=WAIT)
+    assert info.result == "COMPLETED", info.exception
+    assert set(allocated_rabbits(job_R(stack, wide))) == {"rabbit-0", "rabbit-1"}

@@ -1,0 +1,236 @@
+"""flux_dws.health (pure decisions) and fakeflux's drain model (flux-core's semantics)."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flux_dws import health
+from flux_dws.flux.resource import decode_idset, parse_resource_status
+from flux_dws.health import Failures, Rabbit, plan_drains, rabbit_from_storage
+from flux_dws.testing.dwssim.companions import storage_resource
+from flux_dws.testing.dwssim.faults import clientmount, storage_status_update
+from flux_dws.testing.fakeflux.nodes import DrainError, DrainSet
+
+SERVED = {"c1": "r0", "c2": "r0", "c3": "r1", "c4": "r1"}
+HOSTS = ("c1", "c2", "c3", "c4")
+
+
+def storage(rabbit: str, status: str = "Ready", **kw) -> dict:
+    obj = storage_resource(rabbit, [h for h, r in SERVED.items() if r == rabbit])
+    obj["status"] = storage_status_update(obj, status, **kw)
+    return obj
+
+
+def rabbits(*objs: dict) -> list[Rabbit]:
+    return [r for r in map(rabbit_from_storage, objs) if r]
+
+
+# ---- Storage -> Rabbit ---------------------------------------------------------------------
+
+
+def test_storage_is_read_with_links_and_state():
+    r = rabbit_from_storage(storage("r0", "Degraded", links={"c2": "Offline"}))
+    assert r == Rabbit("r0", "Degraded", True, {"c1": "Ready", "c2": "Offline"})
+    assert r.down is None
+    assert r.link_down("c1") is None
+    assert r.link_down("c2") == "rabbit r0 link to c2 is Offline"
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [None, 5, "x", {}, {"metadata": {"name": ""}}, {"metadata": {"name": "a\0b"}}, {"metadata": 3}],
+)
+def test_nameless_or_malformed_storage_is_ignored(obj):
+    assert rabbit_from_storage(obj) is None
+
+
+def test_garbage_status_reads_as_unknown_and_disabled_spec_counts():
+    obj = {"metadata": {"name": "r9"}, "spec": {"state": "Disabled"}, "status": {"status": 7}}
+    r = rabbit_from_storage(obj)
+    assert r.status == "Unknown" and not r.enabled
+    assert r.down == "Disabled by an admin (spec.state)"
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)
+    )
+)
+def test_any_json_never_raises(obj):
+    rabbit_from_storage({"metadata": {"name": "r"}, "spec": obj, "status": obj})
+    rabbit_from_storage(obj)
+
+
+# ---- drains --------------------------------------------------------------------------------
+
+
+def test_offline_rabbit_drains_exactly_its_nodes():
+    plan = plan_drains(rabbits(storage("r0", "Offline"), storage("r1")), SERVED, HOSTS, {})
+    assert dict(plan.drain) == {
+        "c1": "dws: rabbit r0 is Offline",
+        "c2": "dws: rabbit r0 is Offline",
+    }
+    assert plan.undrain == ()
+    assert dict(plan.down_rabbits) == {"r0": "Offline"}
+
+
+def test_admin_drain_is_never_touched_and_own_drains_are_undone():
+    drained = {"c1": "memory errors", "c2": "dws: rabbit r0 is Offline", "c3": "dws: job 7: x"}
+    down = plan_drains(rabbits(storage("r0", "Offline"), storage("r1")), SERVED, HOSTS, drained)
+    assert down.empty  # c1 is the admin's, c2 already ours with this reason
+    up = plan_drains(rabbits(storage("r0"), storage("r1")), SERVED, HOSTS, drained)
+    assert up.undrain == ("c2",)  # not c1 (admin), not c3 (a job's failed node)
+    assert dict(up.drain) == {}
+
+
+def test_changed_reason_is_rewritten_only_on_our_drains():
+    drained = {"c1": "dws: rabbit r0 is Offline", "c2": "admin"}
+    plan = plan_drains(rabbits(storage("r0", "Failed")), SERVED, HOSTS, drained)
+    assert dict(plan.drain) == {"c1": "dws: rabbit r0 is Failed"}
+
+
+def test_drain_nodes_off_undoes_every_rabbit_drain():
+    drained = {"c1": "dws: rabbit r0 is Offline", "c2": "admin"}
+    plan = plan_drains(rabbits(storage("r0", "Offline")), SERVED, HOSTS, drained, drain_nodes=False)
+    assert plan.drain == {} and plan.undrain == ("c1",)
+    assert dict(plan.down_rabbits) == {"r0": "Offline"}  # still marked down in Fluxion
+
+
+def test_plan_is_stable_once_applied():
+    """Level-triggered: applying a plan and planning again gives nothing to do (no flapping)."""
+    seen = rabbits(storage("r0", "Degraded", links={"c2": "Offline"}), storage("r1", "Fenced"))
+    drained = {"c4": "admin"}
+    plan = plan_drains(seen, SERVED, HOSTS, drained)
+    after = {**drained, **plan.drain}
+    for host in plan.undrain:
+        after.pop(host)
+    assert plan_drains(seen, SERVED, HOSTS, after).empty
+    assert set(plan.drain) == {"c2", "c3"}
+
+
+def test_hosts_outside_flux_are_never_drained():
+    plan = plan_drains(rabbits(storage("r0", "Offline")), SERVED, ("c1",), {})
+    assert set(plan.drain) == {"c1"}
+
+
+# ---- SystemStatus --------------------------------------------------------------------------
+
+
+def test_system_status_patch_is_minimal():
+    wanted = health.node_states(HOSTS, drained={"c2"}, offline={"c3"})
+    assert wanted == {"c1": "Enabled", "c2": "Disabled", "c3": "Disabled", "c4": "Enabled"}
+    current = {"data": {"nodes": {"c1": "Enabled", "c2": "Enabled", "other": "Disabled"}}}
+    patch = health.system_status_patch(current, wanted)
+    assert patch == {"data": {"nodes": {"c2": "Disabled", "c3": "Disabled", "c4": "Enabled"}}}
+    done = {"data": {"nodes": {**current["data"]["nodes"], **patch["data"]["nodes"]}}}
+    assert health.system_status_patch(done, wanted) is None
+    assert health.system_status_patch(None, {"c1": "Enabled"}) == {
+        "data": {"nodes": {"c1": "Enabled"}}
+    }
+    assert health.system_status_patch({"data": "junk"}, {}) is None
+
+
+# ---- failure tolerance ---------------------------------------------------------------------
+
+
+def test_tolerance_counts_nodes_and_never_tolerates_lustre():
+    f = Failures("PreRun", ("c2",), {"c2": "mount failed"})
+    assert health.tolerate(f, 1, HOSTS) is None
+    assert "more than dw_failure_tolerance=0: c2" in health.tolerate(f, 0, HOSTS)
+    lustre = Failures("Setup", ("c2",), lustre=True)
+    assert "Lustre" in health.tolerate(lustre, 4, HOSTS)
+    assert "every node" in health.tolerate(Failures("PreRun", ("c1",)), 1, ("c1",))
+
+
+def test_mount_failures_from_clientmounts():
+    wf = {"metadata": {"name": "w", "namespace": "default", "uid": "u"}}
+    mounts = [clientmount(wf, 0, h, "/mnt", h == "c3") for h in HOSTS]
+    mounts.append({"spec": {"node": "elsewhere"}, "status": {}})  # not the job's: ignored
+    mounts.append("junk")
+    f = health.mount_failures(mounts, HOSTS)
+    assert f.nodes == ("c3",)
+    assert "could not mount file system on c3" in f.causes["c3"]
+
+
+def test_setup_failures_name_the_rabbits_nodes_and_lustre():
+    servers = {
+        "spec": {"allocationSets": [{"label": "ost", "storage": [{"name": "r0"}, {"name": "r1"}]}]},
+        "status": {
+            "allocationSets": [{"label": "ost", "storage": {"r1": {"allocationSize": 1}}}],
+            "error": "could not create storage on rabbit(s) r0",
+        },
+    }
+    f = health.setup_failures([servers, None], SERVED, HOSTS)
+    assert f.nodes == ("c1", "c2") and f.lustre
+    assert "r0" in f.causes["c1"]
+
+
+# ---- flux-core's resource.status and drain semantics -----------------------------------------
+
+
+def test_resource_status_maps_ranks_to_hosts():
+    response = {
+        "R": {"execution": {"R_lite": [{"rank": "0-3"}], "nodelist": ["c[1-4]"]}},
+        "drain": {"1,3": {"timestamp": 1.0, "reason": "dws: rabbit r0 is Offline"}},
+        "offline": "2",
+    }
+    status = parse_resource_status(response, lambda lists: ["c1", "c2", "c3", "c4"])
+    assert dict(status.drained) == {
+        "c2": "dws: rabbit r0 is Offline",
+        "c4": "dws: rabbit r0 is Offline",
+    }
+    assert status.offline == {"c3"}
+    assert decode_idset("0-2,5") == [0, 1, 2, 5]
+    with pytest.raises(ValueError):
+        decode_idset("3-1")
+
+
+def test_drainset_follows_flux_core():
+    d = DrainSet(HOSTS, clock=lambda: 5.0)
+    d.drain("c1", "admin")
+    with pytest.raises(DrainError) as caught:
+        d.drain("c1,c2", "again")
+    assert caught.value.errno == errno.EEXIST
+    d.drain("c1,c2", "update", mode="update")
+    assert d.info["c1"].reason == "admin" and d.info["c2"].reason == "update"
+    d.drain("c1", "forced", mode="overwrite")
+    assert d.info["c1"].reason == "forced"
+    with pytest.raises(DrainError) as caught:
+        d.undrain("c3")
+    assert caught.value.errno == errno.EINVAL
+    d.undrain("c1,c3", mode="update")
+    assert set(d.info) == {"c2"}
+    with pytest.raises(DrainError):
+        d.drain("nosuch", "x")
+
+
+def test_ssd_paths_come_from_the_rabbit_graph():
+    from flux_dws.flux.resource import ssd_paths
+
+    def vertex(kind: str, path: str) -> dict:
+        return {"metadata": {"type": kind, "paths": {"containment": path}}}
+
+    R = {
+        "scheduling": {
+            "graph": {
+                "nodes": [
+                    vertex("cluster", "/cluster0"),
+                    vertex("chassis", "/cluster0/rabbit-0"),
+                    vertex("ssd", "/cluster0/rabbit-0/ssd1"),
+                    vertex("ssd", "/cluster0/rabbit-0/ssd0"),
+                    vertex("ssd", "/cluster0/rabbit-1/ssd2"),
+                    vertex("node", "/cluster0/rabbit-0/c1"),
+                    "junk",
+                ]
+            }
+        }
+    }
+    assert ssd_paths(R) == {
+        "rabbit-0": ("/cluster0/rabbit-0/ssd0", "/cluster0/rabbit-0/ssd1"),
+        "rabbit-1": ("/cluster0/rabbit-1/ssd2",),
+    }
+    assert ssd_paths(None) == {} and ssd_paths({"scheduling": 5}) == {}

@@ -1,0 +1,229 @@
+"""Rabbit and node health through the real service: drains, SystemStatus, failure tolerance,
+failed Teardown, and a service restart in the middle.
+
+Runs on fakeflux always and on a real Flux instance (drains through flux-core's resource
+module) where flux-core is installed.  Four computes, two to a rabbit:
+rabbit-0 serves compute-01/02, rabbit-1 serves compute-03/04.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import pytest
+
+from flux_dws.cli import main as cli_main
+from flux_dws.cli.sources import StackSource
+from flux_dws.testing.stack import Stack
+from tests.waiting import wait_for
+
+JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
+CONFIG = {
+    "heartbeat": "2s",
+    "health-interval": "0.2s",
+    "failure-tolerance-max": 2,
+}
+OFFLINE = "dws: rabbit rabbit-0 is Offline"
+WAIT = 60.0
+
+
+def _real_flux_missing() -> str | None:
+    from flux_dws.testing.realflux import flux_command
+
+    if flux_command() is None:
+        return "flux-core is not installed (no flux on PATH or /opt/flux/bin): real Flux skipped"
+    return None
+
+
+@pytest.fixture(scope="module", params=["fakeflux", "flux"])
+def _health_stack(request):
+    backend = "fake"
+    if request.param == "flux":
+        missing = _real_flux_missing()
+        if missing:
+            pytest.skip(missing)
+        backend = "flux"
+    rabbits = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
+    with Stack(CONFIG, hosts=4, rabbits=rabbits, backend=backend, identity="health") as stack:
+        yield stack
+
+
+@pytest.fixture
+def stack(_health_stack):
+    """The module's stack, put back as it was after each test: rabbits Ready, no faults,
+    no drains."""
+    stack = _health_stack
+    yield stack
+    if not stack.service_running():
+        stack.start_service()
+    assert stack.sim is not None
+    stack.sim.faults.setup.clear()
+    stack.sim.faults.mount.clear()
+    for rabbit in stack.rabbits:
+        stack.set_rabbit(rabbit, "Ready", enabled=True)
+    wait_for(lambda: not _ours(stack), "flux-dws's rabbit drains undone", WAIT)
+    if stack.flux.drained():
+        stack.flux.undrain(",".join(stack.hosts), "update")
+
+
+def _ours(stack: Stack) -> dict[str, str]:
+    return {h: r for h, r in stack.flux.drained().items() if r.startswith("dws: rabbit")}
+
+
+def _status(stack: Stack, jobid: int) -> str:
+    """What `flux dws status JOBID` prints."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(
+        ["status", str(jobid)], out=out, err=err, source_factory=lambda: StackSource(stack)
+    )
+    assert code == 0, err.getvalue()
+    return out.getvalue()
+
+
+def _system_status(stack: Stack) -> dict[str, str]:
+    assert stack.api is not None
+    try:
+        obj = stack.api.store.get("systemstatuses", "default", "default")
+    except Exception:
+        return {}
+    return dict((obj.get("data") or {}).get("nodes") or {})
+
+
+def _settled(stack: Stack, drained: dict[str, str]) -> Any:
+    return lambda: stack.flux.drained() == drained
+
+
+def test_offline_rabbit_drains_its_nodes_leaves_admin_drain_and_undrains(stack):
+    stack.flux.drain("compute-02", "bad DIMM")  # the admin's own drain
+    stack.set_rabbit("rabbit-0", "Offline")
+    expected = {"compute-01": OFFLINE, "compute-02": "bad DIMM"}
+    wait_for(_settled(stack, expected), "rabbit-0's nodes drained", WAIT)
+    if stack.backend == "flux":
+        table = stack.flux.drain_table()
+        assert "rabbit rabbit-0 is Offline" in table and "bad DIMM" in table
+    wait_for(
+        lambda: (
+            _system_status(stack)
+            == {
+                "compute-01": "Disabled",
+                "compute-02": "Disabled",
+                "compute-03": "Enabled",
+                "compute-04": "Enabled",
+            }
+        ),
+        "SystemStatus in step with Flux",
+        WAIT,
+    )
+    stack.set_rabbit("rabbit-0", "Ready")
+    wait_for(_settled(stack, {"compute-02": "bad DIMM"}), "only the admin's drain left", WAIT)
+    wait_for(
+        lambda: _system_status(stack).get("compute-01") == "Enabled", "compute-01 Enabled", WAIT
+    )
+    assert _system_status(stack)["compute-02"] == "Disabled"
+
+
+def test_a_down_link_drains_only_that_node(stack):
+    stack.set_rabbit("rabbit-1", "Degraded", links={"compute-04": "Offline"})
+    expected = {"compute-04": "dws: rabbit rabbit-1 link to compute-04 is Offline"}
+    wait_for(_settled(stack, expected), "compute-04 drained", WAIT)
+    stack.set_rabbit("rabbit-1", "Disabled", enabled=False)
+    reason = "dws: rabbit rabbit-1 is Disabled by an admin (spec.state)"
+    wait_for(
+        _settled(stack, {"compute-03": reason, "compute-04": reason}), "rabbit-1 disabled", WAIT
+    )
+
+
+def test_restart_in_the_middle_converges_without_flapping(stack):
+    stack.kill_service()
+    stack.set_rabbit("rabbit-1", "Offline")
+    stack.start_service()
+    expected = {h: "dws: rabbit rabbit-1 is Offline" for h in ("compute-03", "compute-04")}
+    wait_for(_settled(stack, expected), "drains after a restart", WAIT)
+    stack.restart_service()  # a restart with everything in place changes nothing
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert stack.flux.drained() == expected
+        time.sleep(0.05)
+    stack.kill_service()
+    stack.set_rabbit("rabbit-1", "Ready")
+    stack.start_service()
+    wait_for(_settled(stack, {}), "undrained after a restart", WAIT)
+
+
+def test_one_failed_mount_is_tolerated_and_its_node_drained(stack):
+    stack.sim.faults.fail_mount("compute-03")
+    jobid = stack.submit(JOBDW, nnodes=4, tolerance=1)
+    info = stack.wait(jobid, timeout=WAIT)
+    assert info.result == "COMPLETED", info.exception
+    (tolerated,) = info.events("dws-tolerated")
+    assert tolerated["context"]["nodes"] == ["compute-03"]
+    assert tolerated["context"]["state"] == "PreRun"
+    notes = [e["context"] for e in info.events("exception")]
+    assert [(n["severity"], "compute-03" in n["note"]) for n in notes] == [(1, True)]
+    drained = stack.flux.drained()
+    assert drained["compute-03"].startswith(f"dws: job {jobid}: PreRun failed on this node")
+    assert set(drained) == {"compute-03"}
+    computes = stack.api.store.list("computes", "default")[0]
+    assert computes == []  # deleted with the workflow; nothing left behind
+    assert "TOLERANCE  1 node(s) allowed, 1 used; PreRun: compute-03" in _status(stack, jobid)
+
+
+def test_tolerance_zero_fails_the_job_naming_the_node(stack):
+    stack.sim.faults.fail_mount("compute-02")
+    jobid = stack.submit(JOBDW, nnodes=4)
+    info = stack.wait(jobid, timeout=WAIT)
+    assert info.result == "FAILED"
+    note = info.exception["note"]
+    assert "PreRun failed" in note and "compute-02" in note and "dw_failure_tolerance=0" in note
+    assert not info.events("dws-tolerated")
+    assert not stack.flux.drained()
+
+
+def test_failed_setup_of_one_rabbit_tolerated_for_its_two_nodes(stack):
+    stack.sim.faults.fail_setup("rabbit-1")
+    jobid = stack.submit(JOBDW, nnodes=4, tolerance=2)
+    info = stack.wait(jobid, timeout=WAIT)
+    assert info.result == "COMPLETED", info.exception
+    (tolerated,) = info.events("dws-tolerated")
+    assert tolerated["context"]["nodes"] == ["compute-03", "compute-04"]
+    assert tolerated["context"]["state"] == "Setup"
+    assert set(stack.flux.drained()) == {"compute-03", "compute-04"}
+
+
+def test_failed_teardown_drains_the_jobs_nodes(stack):
+    dw = [JOBDW, "#DW Teardown action=error message=stuck_mount severity=Fatal"]
+    jobid = stack.submit(dw, nnodes=2)
+    info = stack.wait(jobid, timeout=WAIT)
+    (failed,) = info.events("dws-teardown-failed")
+    hosts = failed["context"]["drained"]
+    assert len(hosts) == 2
+    drained = stack.flux.drained()
+    assert set(drained) == set(hosts)
+    reason = drained[hosts[0]]
+    assert reason.startswith(f"dws: job {jobid}: workflow fluxjob-health-{jobid} Teardown failed")
+    shown = _status(stack, jobid)
+    assert "TEARDOWN" in shown and f"drained {','.join(hosts)}" in shown
+
+
+def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
+    if stack.backend != "fake":
+        pytest.skip("sched-fluxion is not loaded in the test instance: pools are not marked")
+    nodes = stack.service.health.nodes
+    nodes.fluxion = True  # as if Fluxion were loaded
+    stack.set_rabbit("rabbit-1", "Failed")
+    wait_for(lambda: nodes.rabbits.get("rabbit-1") is False, "rabbit-1's pool down", WAIT)
+    stack.set_rabbit("rabbit-1", "Ready")
+    wait_for(lambda: nodes.rabbits.get("rabbit-1") is True, "rabbit-1's pool up", WAIT)
+    wait_for(_settled(stack, {}), "undrained", WAIT)
+    passes = stack.service.health.passes
+    wait_for(lambda: stack.service.health.passes > passes + 1, "a pass after settling", WAIT)
+    before = dict(stack.api.request_counts())
+    writes = {k: v for k, v in before.items() if k[0] in ("patch", "create", "update")}
+    assert ("patch", "systemstatuses") in writes  # SystemStatus was written as drains changed
+    later = stack.service.health.passes
+    wait_for(lambda: stack.service.health.passes >= later + 3, "three quiet passes", WAIT)
+    after = stack.api.request_counts()
+    assert {k: after.get(k) for k in writes} == writes  # no write when nothing changed
+    assert after[("list", "storages")] > before[("list", "storages")]
