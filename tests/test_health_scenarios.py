@@ -209,7 +209,7 @@ def test_failed_teardown_drains_the_jobs_nodes(stack):
 
 def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
     if stack.backend != "fake":
-        pytest.skip("sched-fluxion is not loaded in the test instance: pools are not marked")
+        pytest.skip("on real Flux, pools are marked in tests/test_fluxion_health.py (Fluxion)")
     nodes = stack.service.health.nodes
     nodes.fluxion = True  # as if Fluxion were loaded
     stack.set_rabbit("rabbit-1", "Failed")
