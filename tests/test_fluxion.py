@@ -8,7 +8,6 @@ where flux-core or Fluxion (flux-sched) is not installed.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -45,12 +44,6 @@ def stack():
         yield running
 
 
-def job_R(stack, jobid: int) -> dict:
-    handle = stack.flux._handle
-    found = handle.rpc("job-info.lookup", {"id": jobid, "keys": ["R"], "flags": 0}).get()
-    return json.loads(found["R"]) if isinstance(found["R"], str) else found["R"]
-
-
 def events(info, name: str) -> list[dict]:
     return [e for e in info.eventlog if e["name"] == name]
 
@@ -61,7 +54,7 @@ def test_jobs_share_rabbits_by_capacity_and_none_fails_in_setup(stack):
     for info in infos:
         assert info.result == "COMPLETED", (info.exception, stack.flux.service_log()[-2000:])
     for jobid in jobs:
-        placed = allocated_rabbits(job_R(stack, jobid))
+        placed = allocated_rabbits(stack.flux.job_R(jobid))
         # 60 GiB on each of two nodes cannot come from one 100 GiB rabbit: one node on each
         assert sorted(placed) == ["rabbit-0", "rabbit-1"], placed
         assert all(len(hosts) == 1 for hosts in placed.values())
@@ -98,7 +91,7 @@ def test_a_node_without_a_rabbit_is_never_given_to_a_dw_job_but_runs_others(stac
     dw_job = stack.submit("#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=4)
     info = stack.wait(dw_job, timeout=120)
     assert info.result == "COMPLETED", info.exception
-    hosts = {h for hs in allocated_rabbits(job_R(stack, dw_job)).values() for h in hs}
+    hosts = {h for hs in allocated_rabbits(stack.flux.job_R(dw_job)).values() for h in hs}
     assert hosts == {"compute-01", "compute-02", "compute-03", "compute-04"}
     # a fifth #DW node cannot be found: compute-05 has no rabbit
     too_wide = stack.submit("#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=5)
@@ -106,7 +99,7 @@ def test_a_node_without_a_rabbit_is_never_given_to_a_dw_job_but_runs_others(stac
     handle = stack.flux._handle
     plain = int(submit(handle, JobspecV1.from_command(["true"], num_nodes=5, num_tasks=5)))
     assert stack.wait(plain, timeout=120).result == "COMPLETED"
-    nodelist = job_R(stack, plain)["execution"]["nodelist"]
+    nodelist = stack.flux.job_R(plain)["execution"]["nodelist"]
     assert "compute-05" in [h for entry in nodelist for h in expand_hostlist(entry)]
 
 
@@ -114,7 +107,7 @@ def test_servers_name_exactly_the_rabbits_in_the_jobs_R(stack):
     jobid = stack.submit(XFS_60, nnodes=2, runtime=None)
     stack.wait_event(jobid, "start", timeout=120)  # PreRun was ready: Setup had its Servers
     try:
-        placed = allocated_rabbits(job_R(stack, jobid))
+        placed = allocated_rabbits(stack.flux.job_R(jobid))
         name = f"fluxjob-{stack.identity}-{jobid}"
         servers = stack.api.store.get("servers", "default", f"{name}-0")
         named = {s["name"] for aset in servers["spec"]["allocationSets"] for s in aset["storage"]}
@@ -157,5 +150,5 @@ def test_a_chassis_request_gets_its_nodes_and_ssd_from_one_rabbit(stack):
     assert info.result == "COMPLETED", (info.exception, stack.flux.service_log()[-2000:])
     update = [e for e in events(info, "jobspec-update") if "resources" in e["context"]][0]
     assert update["context"]["resources"][0]["with"][-1]["count"] == 60  # 30 GiB x 2 nodes
-    placed = allocated_rabbits(job_R(stack, jobid))
+    placed = allocated_rabbits(stack.flux.job_R(jobid))
     assert len(placed) == 1 and len(next(iter(placed.values()))) == 2, placed

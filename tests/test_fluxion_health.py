@@ -51,14 +51,6 @@ def down_pools(stack) -> set[str]:
     return {rabbit for rabbit in RABBITS if f"/{rabbit}/ssd" in text}
 
 
-def job_R(stack, jobid: int) -> dict:
-    import json
-
-    handle = stack.flux._handle
-    found = handle.rpc("job-info.lookup", {"id": jobid, "keys": ["R"], "flags": 0}).get()
-    return json.loads(found["R"]) if isinstance(found["R"], str) else found["R"]
-
-
 def test_a_down_rabbit_gets_no_new_dw_job_but_its_nodes_still_run_others(stack):
     from flux.job import JobspecV1, submit
 
@@ -69,7 +61,7 @@ def test_a_down_rabbit_gets_no_new_dw_job_but_its_nodes_still_run_others(stack):
     dw_job = stack.submit(XFS, nnodes=2)
     info = stack.wait(dw_job, timeout=WAIT)
     assert info.result == "COMPLETED", info.exception
-    assert set(allocated_rabbits(job_R(stack, dw_job))) == {"rabbit-0"}
+    assert set(allocated_rabbits(stack.flux.job_R(dw_job))) == {"rabbit-0"}
 
     handle = stack.flux._handle
     plain = int(submit(handle, JobspecV1.from_command(["true"], num_nodes=4, num_tasks=4)))
@@ -82,4 +74,4 @@ def test_a_down_rabbit_gets_no_new_dw_job_but_its_nodes_still_run_others(stack):
     wait_for(lambda: "rabbit-1" not in down_pools(stack), "rabbit-1's pool up again", WAIT)
     info = stack.wait(wide, timeout=WAIT)
     assert info.result == "COMPLETED", info.exception
-    assert set(allocated_rabbits(job_R(stack, wide))) == {"rabbit-0", "rabbit-1"}
+    assert set(allocated_rabbits(stack.flux.job_R(wide))) == {"rabbit-0", "rabbit-1"}

@@ -419,6 +419,12 @@ class RealFlux:
         text = self._handle.rpc("job-info.lookup", payload).get()["eventlog"]
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
+    def job_R(self, jobid: int) -> dict[str, Any]:
+        """The job's R (with the JGF Fluxion wrote into it, where it did)."""
+        payload = {"id": jobid, "keys": ["R"], "flags": 0}
+        found = self._handle.rpc("job-info.lookup", payload).get()["R"]
+        return json.loads(found) if isinstance(found, str) else found
+
     def kvs_lookup(self, jobid: int, key: str, *, userid: int | None = None) -> str:
         """``flux job info ID KEY`` (job-info.lookup), as ``userid`` when given: the instance
         owner's connection then carries that user's credentials with the plain user role
