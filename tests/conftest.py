@@ -96,6 +96,22 @@ def k8s_client(kubeapi: KubeApi) -> Iterator[object]:
         client.close()
 
 
+@pytest.fixture
+def co(k8s_client):
+    """The kubernetes client's CustomObjectsApi on ``k8s_client``."""
+    from kubernetes import client
+
+    return client.CustomObjectsApi(k8s_client)
+
+
+@pytest.fixture
+def core(k8s_client):
+    """The kubernetes client's CoreV1Api on ``k8s_client``."""
+    from kubernetes import client
+
+    return client.CoreV1Api(k8s_client)
+
+
 # --------------------------------------------------------------------------- scenario stacks
 # The scenario suite runs against every job-manager we have: fakeflux always, and a real Flux
 # instance with the dws jobtap plugin wherever flux-core is installed.

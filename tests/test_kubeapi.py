@@ -40,16 +40,6 @@ DIRECTIVES = ["#DW jobdw type=xfs capacity=10GiB name=scratch"]
 WEBHOOK_DENIED = 'admission webhook "vworkflow.kb.io" denied the request: '
 
 
-@pytest.fixture
-def co(k8s_client) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(k8s_client)
-
-
-@pytest.fixture
-def core(k8s_client) -> client.CoreV1Api:
-    return client.CoreV1Api(k8s_client)
-
-
 def workflow(name: str, directives=None, **spec) -> dict:
     body = {
         "desiredState": "Proposal",

@@ -27,16 +27,6 @@ DIRECTIVES = ["#DW jobdw type=xfs capacity=10GiB name=scratch"]
 APPLY = "application/apply-patch+yaml"
 
 
-@pytest.fixture
-def co(k8s_client) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(k8s_client)
-
-
-@pytest.fixture
-def core(k8s_client) -> client.CoreV1Api:
-    return client.CoreV1Api(k8s_client)
-
-
 def workflow(name: str, **spec) -> dict:
     body = {"desiredState": "Proposal", "wlmID": "flux", "jobID": 7, "userID": 1001,
             "groupID": 100, "dwDirectives": list(DIRECTIVES), **spec}  # fmt: skip
