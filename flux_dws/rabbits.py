@@ -267,6 +267,24 @@ def resource_graph(
 # ---- reading an allocation -------------------------------------------------------------------
 
 
+def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str]] | None:
+    """(type, name, containment path) of each vertex of R's scheduling JGF that has a path;
+    None when R carries no vertex list.  R is untrusted: anything else is skipped."""
+    scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
+    graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
+    vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
+    if not isinstance(vertices, list):
+        return None
+    found = []
+    for vertex in vertices:
+        meta = vertex.get("metadata") if isinstance(vertex, Mapping) else None
+        paths = meta.get("paths") if isinstance(meta, Mapping) else None
+        path = paths.get("containment") if isinstance(paths, Mapping) else None
+        if isinstance(path, str):
+            found.append((meta.get("type"), meta.get("name"), path))
+    return found
+
+
 def allocated_rabbits(R: Mapping[str, Any] | None) -> dict[str, list[str]] | None:
     """Rabbit -> the job's hosts under it, from the JGF Fluxion wrote into the job's R.
 
@@ -274,33 +292,25 @@ def allocated_rabbits(R: Mapping[str, Any] | None) -> dict[str, list[str]] | Non
     None when R carries no ssd at all (not scheduled with rabbits).  Paths, not edges, are
     read, so a writer that leaves out the ancestors' vertices still gives the answer.
     """
-    scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
-    graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
-    vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
-    if not isinstance(vertices, list):
-        return None
-    ssd_parents: set[str] = set()
-    hosts: list[tuple[str, str]] = []
-    for vertex in vertices:
-        meta = vertex.get("metadata") if isinstance(vertex, Mapping) else None
-        if not isinstance(meta, Mapping):
-            continue
-        paths = meta.get("paths")
-        path = paths.get("containment") if isinstance(paths, Mapping) else None
-        if not isinstance(path, str):
-            continue
-        parent = posixpath.dirname(path)
-        if meta.get("type") == SSD_TYPE:
-            ssd_parents.add(parent)
-        elif meta.get("type") == "node" and isinstance(meta.get("name"), str):
-            hosts.append((parent, meta["name"]))
+    vertices = _jgf_vertices(R) or []
+    ssd_parents = {posixpath.dirname(p) for kind, _, p in vertices if kind == SSD_TYPE}
     if not ssd_parents:
         return None
     found: dict[str, list[str]] = {}
-    for parent, host in hosts:
-        if parent in ssd_parents:
-            found.setdefault(posixpath.basename(parent), []).append(host)
+    for kind, name, path in vertices:
+        parent = posixpath.dirname(path)
+        if kind == "node" and isinstance(name, str) and parent in ssd_parents:
+            found.setdefault(posixpath.basename(parent), []).append(name)
     return found
+
+
+def ssd_paths(R: Any) -> dict[str, tuple[str, ...]]:
+    """Rabbit -> the containment paths of its ssd vertices (to mark them up or down)."""
+    found: dict[str, list[str]] = {}
+    for kind, _, path in _jgf_vertices(R) or []:
+        if kind == SSD_TYPE:
+            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append(path)
+    return {rabbit: tuple(sorted(paths)) for rabbit, paths in found.items()}
 
 
 __all__ = [
@@ -313,4 +323,5 @@ __all__ = [
     "allocated_rabbits",
     "rabbit_inventory",
     "resource_graph",
+    "ssd_paths",
 ]

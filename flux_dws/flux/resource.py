@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 from flux_dws.frozen import FrozenMap
+from flux_dws.rabbits import ssd_paths
 
 log = logging.getLogger("flux-dws")
 
@@ -92,21 +92,6 @@ def parse_resource_status(
                 drained[by_rank[rank]] = str((info or {}).get("reason") or "")
     offline = {by_rank[r] for r in decode_idset(str(response.get("offline") or "")) if r in by_rank}
     return NodeStatus(tuple(names), drained, frozenset(offline), ssd_paths(response.get("R")))
-
-
-def ssd_paths(R: Any) -> dict[str, tuple[str, ...]]:
-    """Rabbit -> the containment paths of its ssd vertices, from R's scheduling JGF."""
-    scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
-    graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
-    vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
-    found: dict[str, list[str]] = {}
-    for vertex in vertices if isinstance(vertices, list) else ():
-        meta = vertex.get("metadata") if isinstance(vertex, Mapping) else None
-        paths = meta.get("paths") if isinstance(meta, Mapping) else None
-        path = paths.get("containment") if isinstance(paths, Mapping) else None
-        if isinstance(path, str) and meta.get("type") == "ssd":
-            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append(path)
-    return {rabbit: tuple(sorted(p)) for rabbit, p in found.items()}
 
 
 class FluxNodes:

@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Any
 
+from .admission import REQUIRED_SPEC, STATES
 from .resources import Resource, served
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
@@ -52,23 +53,14 @@ _OBJECT_META_SCHEMA = {
     },
 }
 
-_STATES = ["Proposal", "Setup", "DataIn", "PreRun", "PostRun", "DataOut", "Teardown"]
 _WORKFLOW_SPEC = {
     "description": "WorkflowSpec defines the desired state of Workflow",
     "type": "object",
-    "required": [
-        "desiredState",
-        "dwDirectives",
-        "forceReady",
-        "groupID",
-        "jobID",
-        "userID",
-        "wlmID",
-    ],
+    "required": list(REQUIRED_SPEC),
     "properties": {
         "desiredState": {
             "type": "string",
-            "enum": _STATES,
+            "enum": list(STATES),
             "description": "Desired state for the workflow to be in.",
         },
         "dwDirectives": {**_STRINGS, "description": "The #DW strings of the job script."},
