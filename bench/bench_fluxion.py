@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Rabbit scheduling costs: the jobspec rewrite, the graph, and Fluxion's match time.
 
     python bench/bench_fluxion.py [--nodes 1000] [--rabbits 250] [--matches 50]
 
-Prints figures; never passes or fails on time.  The rewrite (flux_dws.jobspec.release_update)
-and the graph (flux_dws.rabbits.resource_graph) are timed in this process.  Fluxion's match
+Prints figures; never passes or fails on time.  The rewrite (flux_dws.core.jobspec.release_update)
+and the graph (flux_dws.core.rabbits.resource_graph) are timed in this process.  Fluxion's match
 time is measured in a one-broker Flux instance whose R holds ``--nodes`` nodes, once without
 rabbits (a plain ``node`` jobspec) and once with ``--rabbits`` rabbits (the rewritten jobspec,
 SSD under each node's rabbit): each match is an allocate RPC to sched-fluxion-resource,
@@ -26,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from flux_dws.jobspec import release_update  # noqa: E402
-from flux_dws.rabbits import GIB, Rabbit, resource_graph  # noqa: E402
-from flux_dws.storage import ACROSS_SERVERS, PER_COMPUTE, AllocationNeed  # noqa: E402
+from flux_dws.core.jobspec import release_update  # noqa: E402
+from flux_dws.core.rabbits import GIB, Rabbit, resource_graph  # noqa: E402
+from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE, AllocationNeed  # noqa: E402
 from flux_dws.testing.realflux import flux_command, fluxion_installed, plain_R  # noqa: E402
 
 JOB_NODES = 4

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Cost of saving a job's container output: pods listed, log tails read, over HTTP.
 
     python bench/bench_output.py [--pods 16] [--log-kib 256] [--limit-kib 64] [--repeat 5]
@@ -21,9 +22,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from flux_dws.core.output import CONTAINER_LABEL  # noqa: E402
 from flux_dws.k8s import KubeClient  # noqa: E402
 from flux_dws.k8s.records import collect_output  # noqa: E402
-from flux_dws.output import CONTAINER_LABEL  # noqa: E402
 from flux_dws.testing.kubeapi import KubeApi  # noqa: E402
 from flux_dws.testing.kubeapi.podlog import logs_of  # noqa: E402
 

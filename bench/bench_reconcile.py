@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Reconcile N in-flight #DW jobs at start-up: a fresh service after a crash (issue 6, Performance).
 
     python bench/bench_reconcile.py [-n 10000] [--prolog 0.1] [--cancel 100]

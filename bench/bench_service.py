@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """N concurrent #DW jobs through the real service (fakeflux + kubeapi + dwssim, zero delays).
 
     python bench/bench_service.py [-n 1000] [--containers 0.2]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Watch event latency and API requests per workflow lifecycle, against kubeapi over HTTP.
 
     python bench/bench_watch.py [-n 200] [--latency 0.0] [--error-rate 0.0]
@@ -22,9 +23,9 @@ from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL  # noqa: E402
+from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL  # noqa: E402
+from flux_dws.core.states import STATE_ORDER, State  # noqa: E402
 from flux_dws.k8s import KubeClient, WorkflowWatch  # noqa: E402
-from flux_dws.states import STATE_ORDER, State  # noqa: E402
 from flux_dws.testing.kubeapi import KubeApi  # noqa: E402
 
 NS = "default"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``python -m flux_dws``: the ``flux dws`` command line (see flux_dws.cli)."""
 
 from __future__ import annotations

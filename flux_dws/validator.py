@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Reject a bad #DW job at submit time: a flux-core job-ingest validator plugin.
 
-Everything :func:`flux_dws.request.request_from_attributes` refuses (a bad directive, an
+Everything :func:`flux_dws.core.request.request_from_attributes` refuses (a bad directive, an
 unknown preset, a timeout above the site maximum, ...) would otherwise fail the job later,
 in DEPEND.  Checking at ingest turns that into an error from ``flux submit`` itself, with the
 same one-line message.  Enable it in the instance config (flux-core loads plugins that are
@@ -57,11 +58,11 @@ def _load_own_package() -> None:
 
 _load_own_package()
 
-from flux_dws.errors import PolicyError, RequestError  # noqa: E402 - needs the package above
-from flux_dws.jobspec import check_per_node, directive_bytes_per_node, node_count  # noqa: E402
-from flux_dws.policy import TABLE, Policy, policy_from_table  # noqa: E402
-from flux_dws.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes  # noqa: E402
-from flux_dws.storage import StorageError  # noqa: E402
+from flux_dws.base.errors import PolicyError, RequestError  # noqa: E402 - needs the package above
+from flux_dws.core.jobspec import check_per_node, directive_bytes_per_node, node_count  # noqa: E402
+from flux_dws.core.policy import TABLE, Policy, policy_from_table  # noqa: E402
+from flux_dws.core.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes  # noqa: E402
+from flux_dws.core.storage import StorageError  # noqa: E402
 
 LOG = logging.getLogger("flux-dws.validator")
 #: Seconds to wait for the broker's answer to config.get.

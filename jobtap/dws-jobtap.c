@@ -234,7 +234,7 @@ static void py_repr (json_t *o, char *buf, size_t size)
 
 /* Seconds for a Flux Standard Duration ("30s", "5m", "1.5h", "2d", "500ms", a bare
  * number of seconds, "inf") or a non-negative JSON number; -1 when invalid.
- * Same rules as flux_dws/fsd.py parse_fsd().
+ * Same rules as flux_dws/base/fsd.py parse_fsd().
  */
 static double parse_fsd (json_t *o)
 {
@@ -318,7 +318,7 @@ static void fsd_number (double x, char *buf, size_t size)
     }
 }
 
-/* The shortest exact FSD for seconds (flux_dws/fsd.py format_fsd()).
+/* The shortest exact FSD for seconds (flux_dws/base/fsd.py format_fsd()).
  */
 static void format_fsd (double seconds, char *buf, size_t size)
 {
@@ -520,7 +520,7 @@ static char *vertex_parent (json_t *vertex, const char **type, const char **name
 
 /* Rabbit -> the job's hosts under it, from the JGF Fluxion put into R: a rabbit is the
  * parent of an "ssd" vertex, and a node under the same parent is served by it
- * (doc/protocol.rst; flux_dws/rabbits.py reads the same rule).  {} without ssd.
+ * (doc/protocol.rst; flux_dws/core/rabbits.py reads the same rule).  {} without ssd.
  */
 static json_t *rabbits_from_R (json_t *R)
 {

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 # t/lib.sh: shared setup for the sharness tests that run against a real Flux instance.
 #
 # Source it from a t/tNNNN-*.t script right after sharness:
@@ -40,7 +41,7 @@
 # The real service against the DWS simulator, under $DWS_PYTHON (the Python that runs the
 # tests, which has flux_dws and kubernetes; default python3), never under `flux python`,
 # whose interpreter is flux-core's and may lack them.  flux_dws finds flux-core's bindings
-# by itself (flux_dws/fluxcore.py):
+# by itself (flux_dws/flux/bindings.py):
 #
 #   dws_dwssim_start COMPUTES     kubeapi + dwssim ($DWS_PYTHON -m flux_dws.testing.dwssim, no
 #                                 delays, container seconds x0.01) in the background for

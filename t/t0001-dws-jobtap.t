@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-3.0-only
 
 test_description='dws jobtap plugin: doc/protocol.rst on a real Flux instance
 

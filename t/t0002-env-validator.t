@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-3.0-only
 
 test_description='the dws-env job shell plugin and the ingest validator on a real Flux instance
 

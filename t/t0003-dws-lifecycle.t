@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-3.0-only
 
 test_description='the whole #DW life cycle on a real Flux instance, with the real service
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Shared fixtures: a stand-in Kubernetes API server over real HTTP, and a real client for it."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     missing = _real_flux_missing()
     if missing:
         return f"{missing} (its tests are deselected)"
-    from flux_dws.fluxcore import flux_command
+    from flux_dws.flux.bindings import flux_command
 
     return f"real Flux: {flux_command()}"
 

@@ -1,11 +1,13 @@
-"""The Proposal window (flux_dws.admission): a burst reaches DWS a few jobs at a time, in order."""
+# SPDX-License-Identifier: LGPL-3.0-only
+"""The Proposal window (flux_dws.core.window): a burst reaches DWS a few jobs at a time, in
+order."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_dws.admission import ProposalWindow
+from flux_dws.core.window import ProposalWindow
 
 
 def test_jobs_past_the_limit_wait_and_are_woken_in_the_order_they_asked():

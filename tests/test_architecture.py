@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The README and doc/architecture.rst stand alone and tell the truth about the code: no link
 leaves the repository, every file they name exists, and the figures they quote are the code's."""
 
@@ -8,9 +9,10 @@ import re
 import typing
 from pathlib import Path
 
-from flux_dws import actions, lifecycle
+from flux_dws.core import lifecycle
+from flux_dws.core.policy import Policy
 from flux_dws.k8s.watch import WorkflowWatch
-from flux_dws.policy import Policy
+from flux_dws.service import actions
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A burst of #DW jobs larger than [dws] max-proposals: DWS sees it a few jobs at a time.
 
 fakeflux + kubeapi + dwssim + the real service, with a slow Proposal so the window fills.
@@ -8,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from flux_dws.identity import JOBID_LABEL
+from flux_dws.core.identity import JOBID_LABEL
 from flux_dws.testing.stack import Stack
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

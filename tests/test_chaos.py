@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Chaos: 200 #DW jobs, API faults and repeated SIGKILLs of the service (issue 6, part 5).
 
 One seeded run through the whole stack (kubeapi + dwssim + fakeflux + the real service): jobs
@@ -28,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_dws.identity import FINALIZER, INSTANCE_LABEL
+from flux_dws.core.identity import FINALIZER, INSTANCE_LABEL
+from flux_dws.core.states import State
 from flux_dws.k8s.resources import workflow_body
-from flux_dws.states import State
 from flux_dws.testing.fakeflux import JobInfo
 from flux_dws.testing.stack import Stack
 
@@ -487,7 +488,7 @@ def test_chaos_jobs_end_as_their_story_says_through_kills_and_faults():
     rng = random.Random(SEED)
     stories = pick_stories(rng, JOBS)
     faults = FaultCounter()
-    kubeapi_log = logging.getLogger("flux_dws.testing.kubeapi")
+    kubeapi_log = logging.getLogger("flux-dws.testing.kubeapi")
     saved = (kubeapi_log.level, kubeapi_log.propagate)
     kubeapi_log.setLevel(logging.INFO)
     kubeapi_log.propagate = False  # counted here, not a few thousand lines in the report

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Chaos on a real Flux instance: the real jobtap plugin, the service as a real process killed
 with SIGKILL at random moments, Kubernetes API faults, and another instance's workflows in the
 same namespace.  Skipped where flux-core is not installed (tests/test_chaos.py runs the larger
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL
+from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL
 from flux_dws.testing.realflux import real_flux_problem
 
 PROBLEM = real_flux_problem()

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """`flux dws status|list|logs|cleanup|service`: the pure views and renderers on synthetic
 eventlogs, then the commands themselves through main() against a Stack (real service, kubeapi
 over HTTP, dwssim, fakeflux) read through StackSource as a real instance would be."""
@@ -15,9 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from waiting import wait_for
 
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58, parse_jobid
 from flux_dws.cli import main
 from flux_dws.cli.inventory import filter_rows, list_rows
-from flux_dws.cli.jobid import f58, parse_jobid
 from flux_dws.cli.render import (
     LIST_FIELDS,
     LIST_FORMATS,
@@ -29,11 +31,10 @@ from flux_dws.cli.render import (
 )
 from flux_dws.cli.sources import StackSource
 from flux_dws.cli.views import build_logs, build_status, format_duration, job_result, timeline
-from flux_dws.errors import DwsError
-from flux_dws.fluxcore import flux_command
-from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, ownership_labels, workflow_name
-from flux_dws.reconcile import plan_cleanup
-from flux_dws.states import State
+from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL, ownership_labels, workflow_name
+from flux_dws.core.reconcile import plan_cleanup
+from flux_dws.core.states import State
+from flux_dws.flux.bindings import flux_command
 
 T0 = 1_700_000_000.0
 JOBID = 123456789
@@ -509,7 +510,7 @@ def test_without_flux_core_the_commands_say_so_and_hint_only_when_it_helps():
     code, out, err = run(["list"], environ=off)
     assert (code, out) == (1, "")
     assert err == "flux-dws list: flux-core is not installed (FLUX_DWS_FLUX=none)\n"
-    from flux_dws.fluxcore import run_under_flux_hint
+    from flux_dws.flux.bindings import run_under_flux_hint
 
     nowhere = {"PATH": "/nonexistent", "FLUX_DWS_FLUX": ""}
     # started by `flux` (FLUX_EXEC_PATH set): running it as `flux dws` again would not help

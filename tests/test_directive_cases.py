@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Directive lists taken from the real systems, with the verdict DWS and nnf-sos give them.
 
 Each group cites the public source its cases come from (mirrored under /work/.mirror).  A
@@ -19,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_dws.directives import parse_directives, split_directives
-from flux_dws.errors import DirectiveError
+from flux_dws.base.errors import DirectiveError
+from flux_dws.core.directives import parse_directives, split_directives
 from flux_dws.testing.ruleset import admission_error
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The #DW grammar: splitting, per-command rules, job-wide rules, sizes; plus properties."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_dws.directives import (
+from flux_dws.base.errors import DirectiveError
+from flux_dws.core.directives import (
     COMMANDS,
     TEST_COMMANDS,
     Directive,
@@ -17,8 +19,7 @@ from flux_dws.directives import (
     split_directives,
     words,
 )
-from flux_dws.errors import DirectiveError
-from flux_dws.states import State
+from flux_dws.core.states import State
 
 XFS = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 GFS2 = "#DW jobdw type=gfs2 capacity=100GB name=my-gfs2"

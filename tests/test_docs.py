@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The documentation's examples are true of the code (doc/man1, doc/man5, doc/guide).
 
 Examples are found by their markup, never copied into this file:
@@ -40,22 +41,19 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from flux_dws import daemon
+from flux_dws.base.errors import DwsError, PolicyError, RequestError
+from flux_dws.base.fsd import parse_fsd
+from flux_dws.base.jobid import parse_jobid
 from flux_dws.cli import UsageError, build_parser
 from flux_dws.cli import _run as cli_run
 from flux_dws.cli import main as cli_main
 from flux_dws.cli.commands import parse_states
-from flux_dws.cli.jobid import parse_jobid
 from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS, parse_format
 from flux_dws.cli.simplan import parse_mix
 from flux_dws.cli.sources import StackSource
-from flux_dws.directives import parse_directives
-from flux_dws.errors import DwsError, PolicyError, RequestError
-from flux_dws.fsd import parse_fsd
-from flux_dws.k8s import KubeClient, KubeError, records
-from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
-from flux_dws.lifecycle import JobPhase, JobView, RaiseException, decide
-from flux_dws.policy import (
+from flux_dws.core.directives import parse_directives
+from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide
+from flux_dws.core.policy import (
     CONFIG_KEYS,
     DEFAULT_TIMEOUTS,
     TIMEOUT_KEYS,
@@ -63,8 +61,11 @@ from flux_dws.policy import (
     load_policy,
     policy_from_table,
 )
-from flux_dws.request import request_from_attributes
-from flux_dws.states import State
+from flux_dws.core.request import request_from_attributes
+from flux_dws.core.states import State
+from flux_dws.k8s import KubeClient, KubeError, records
+from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
+from flux_dws.service import daemon
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi.resources import by_plural
 from flux_dws.testing.stack import Stack
@@ -984,16 +985,10 @@ def test_event_list_is_complete_and_keys_are_right(seen):
     protocol = set(
         re.findall(r"^``(dws-[a-z-]+)``", (DOC / "protocol.rst").read_text(), re.MULTILINE)
     )
-    posted = set(
-        re.findall(
-            r'PostEvent\(\s*"(dws-[a-z-]+)"', (ROOT / "flux_dws" / "lifecycle.py").read_text()
-        )
-    )
-    posted |= set(
-        re.findall(
-            r'\.post\(\s*\w+,\s*"(dws-[a-z-]+)"', (ROOT / "flux_dws" / "service.py").read_text()
-        )
-    )
+    lifecycle = (ROOT / "flux_dws" / "core" / "lifecycle.py").read_text()
+    posted = set(re.findall(r'PostEvent\(\s*"(dws-[a-z-]+)"', lifecycle))
+    for part in (ROOT / "flux_dws" / "service").glob("*.py"):
+        posted |= set(re.findall(r'\.post\(\s*[\w.]+,\s*"(dws-[a-z-]+)"', part.read_text()))
     assert set(documented) == protocol | posted
     keys_seen: dict[str, set[str]] = {}
     for eventlog in seen.eventlogs.values():

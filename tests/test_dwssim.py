@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """dwssim: the DWS + NNF simulator, driven as a WLM drives DWS, against the in-process store.
 
 A test creates workflows with store.create, moves them with merge patches of desiredState,
@@ -22,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_dws.states import State
-from flux_dws.storage import needs_from_breakdowns, plan_servers, rabbit_map
+from flux_dws.core.states import State
+from flux_dws.core.storage import needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.testing.dwssim import (
     BEHAVIOR_ANNOTATION,
     FINALIZER,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """fakeflux: Flux's job-manager + the dws jobtap plugin, driven over the protocol by hand.
 
 Each test plays the flux-dws service: a Loop on its own thread, a Transport from
@@ -13,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from flux_dws.base.loop import Loop
 from flux_dws.flux.transport import RpcError
-from flux_dws.loop import Loop
 from flux_dws.testing.fakeflux import FakeFlux, SubmitError
 from flux_dws.testing.fakeflux.jobs import node_resources
 

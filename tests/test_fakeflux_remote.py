@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """fakeflux over a Unix socket (flux_dws.testing.fakeflux.remote), as the service sees it.
 
 The scenario suite runs whole jobs this way (conftest's "fakeflux-process" backend); here are
@@ -19,8 +20,8 @@ import threading
 
 import pytest
 
+from flux_dws.base.loop import Loop
 from flux_dws.flux.transport import RpcError
-from flux_dws.loop import Loop
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.fakeflux.remote import FakeFluxServer, SocketTransport
 

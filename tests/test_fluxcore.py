@@ -1,4 +1,5 @@
-"""Finding flux-core and its bindings from any Python (flux_dws.fluxcore), against fake
+# SPDX-License-Identifier: LGPL-3.0-only
+"""Finding flux-core and its bindings from any Python (flux_dws.flux.bindings), against fake
 ``flux`` commands: installed and importable, importable only with missing pieces, built for
 another Python, switched off.  Each case runs in a fresh interpreter, since a Python that
 imported ``flux`` once keeps it.
@@ -13,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from flux_dws.fluxcore import flux_command
+from flux_dws.flux.bindings import flux_command
 
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 PROBE = (
-    "from flux_dws.fluxcore import bindings_problem, import_flux\n"
+    "from flux_dws.flux.bindings import bindings_problem, import_flux\n"
     "problem = bindings_problem()\n"
     "print(problem if problem else 'ok ' + import_flux().__file__)\n"
 )

@@ -1,7 +1,8 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Rabbit-aware scheduling on a real Flux instance scheduled by Fluxion.
 
 The instance's R holds two rabbits of 100 GiB, each serving two compute nodes, and a fifth
-node no rabbit serves (flux_dws.rabbits.resource_graph); dwssim holds each rabbit to its
+node no rabbit serves (flux_dws.core.rabbits.resource_graph); dwssim holds each rabbit to its
 capacity, so a scheduler that ignored it would fail jobs in Setup.  Skipped, with one line,
 where flux-core or Fluxion (flux-sched) is not installed.
 """
@@ -12,8 +13,8 @@ import time
 
 import pytest
 
-from flux_dws.hostlist import expand_hostlist
-from flux_dws.rabbits import GIB, allocated_rabbits
+from flux_dws.base.hostlist import expand_hostlist
+from flux_dws.core.rabbits import GIB, allocated_rabbits
 from flux_dws.testing.realflux import flux_command, fluxion_installed
 
 if flux_command() is None:

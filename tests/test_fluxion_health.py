@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A rabbit that goes down, on a real Flux instance scheduled by Fluxion.
 
 The service marks a down rabbit's ``ssd`` pool down in Fluxion, so no new #DW job gets its
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux_dws.rabbits import GIB, allocated_rabbits
+from flux_dws.core.rabbits import GIB, allocated_rabbits
 from flux_dws.testing.realflux import flux_command, fluxion_installed
 
 if flux_command() is None:

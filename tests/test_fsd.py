@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Flux Standard Duration: parse_fsd and format_fsd."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flux_dws.fsd import format_fsd, parse_fsd
+from flux_dws.base.fsd import format_fsd, parse_fsd
 
 
 @pytest.mark.parametrize(

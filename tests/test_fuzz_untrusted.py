@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Hypothesis fuzzing of every function that reads a DWS or NNF object (issue 12, part B).
 
 Anything from Kubernetes may hold any JSON value anywhere.  Each reader either returns or
@@ -20,11 +21,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from waiting import wait_for
 
+from flux_dws.base.fsd import parse_fsd
+from flux_dws.base.sanitize import jansson_problem, json_safe, one_line
 from flux_dws.cli.inventory import list_rows
 from flux_dws.cli.views import driver_errors, read_workflow
-from flux_dws.fsd import parse_fsd
-from flux_dws.identity import owned_jobid
-from flux_dws.jobenv import env_problem, token_problem, token_required
+from flux_dws.core.identity import owned_jobid
+from flux_dws.core.jobenv import env_problem, token_problem, token_required
+from flux_dws.core.lifecycle import FinishProlog, JobPhase, JobView, RaiseException, decide
+from flux_dws.core.policy import Policy
+from flux_dws.core.storage import needs_from_breakdowns, plan_servers, rabbit_map
+from flux_dws.core.workflow import parse_time, view_workflow
 from flux_dws.k8s.errors import status_body_message
 from flux_dws.k8s.resources import (
     breakdown_refs,
@@ -33,12 +39,7 @@ from flux_dws.k8s.resources import (
     decode_token,
     finalizer_removal_patch,
 )
-from flux_dws.lifecycle import FinishProlog, JobPhase, JobView, RaiseException, decide
-from flux_dws.policy import Policy
-from flux_dws.sanitize import jansson_problem, json_safe, one_line
-from flux_dws.storage import needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.testing.stack import Stack
-from flux_dws.workflow import parse_time, view_workflow
 
 JOBDW_GOOD = "#DW jobdw type=xfs capacity=1GiB name=good"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

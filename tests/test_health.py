@@ -1,4 +1,5 @@
-"""flux_dws.health (pure decisions) and fakeflux's drain model (flux-core's semantics)."""
+# SPDX-License-Identifier: LGPL-3.0-only
+"""flux_dws.core.health (pure decisions) and fakeflux's drain model (flux-core's semantics)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flux_dws import health
+from flux_dws.core import health
+from flux_dws.core.health import Failures, Rabbit, plan_drains, rabbit_from_storage
 from flux_dws.flux.resource import decode_idset, parse_resource_status
-from flux_dws.health import Failures, Rabbit, plan_drains, rabbit_from_storage
 from flux_dws.testing.dwssim.companions import storage_resource
 from flux_dws.testing.dwssim.faults import clientmount, storage_status_update
 from flux_dws.testing.fakeflux.nodes import DrainError, DrainSet

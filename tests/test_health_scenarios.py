@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Rabbit and node health through the real service: drains, SystemStatus, failure tolerance,
 failed Teardown, and a service restart in the middle.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """flux_dws.k8s over real HTTP, with the real kubernetes client, against kubeapi.
 
 Every fault the adapter claims to survive is injected here: 5xx/429 with latency, dropped
@@ -18,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from waiting import wait_for
 
-from flux_dws.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL, WLM_ID, workflow_name
+from flux_dws.core.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL, WLM_ID, workflow_name
+from flux_dws.core.states import STATE_ORDER, State
 from flux_dws.k8s import (
     ApiVersions,
     KubeClient,
@@ -37,7 +39,6 @@ from flux_dws.k8s.resources import (
     choose_versions,
 )
 from flux_dws.k8s.watch import Delivered
-from flux_dws.states import STATE_ORDER, State
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 
 NS = "default"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The adapter lists its workflows in pages, as a real server wants at 10,000 of them.
 
 KubeClient.list_workflows (start-up, and the watch's relist after a 410) asks for

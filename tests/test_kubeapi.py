@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """flux_dws.testing.kubeapi over real HTTP with the real kubernetes client (and kubectl).
 
 The stand-in API server is only worth something if it behaves like Kubernetes where flux-dws
@@ -26,7 +27,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from waiting import wait_for
 
-from flux_dws.identity import FINALIZER
+from flux_dws.core.identity import FINALIZER
 from flux_dws.testing import ruleset
 from flux_dws.testing.kubeapi import ApiError, Faults, KubeApi, Store
 from flux_dws.testing.kubeapi.patches import merge_patch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """kube-apiserver behaviour of the stand-in, through the real kubernetes client over HTTP.
 
 Dry runs, OpenAPI documents and field validation, server-side apply and managedFields,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The stand-in API server driven with Debian's kubectl, as an admin would drive it.
 
 Each test is one thing kube-apiserver does that kubectl shows: dry runs that store nothing,

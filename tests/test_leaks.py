@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Nothing a test run starts outlives it: the reaper finds exactly this run's processes.
 
 conftest.py marks the run (``FLUX_DWS_TEST_RUN``), checks after every module that none of

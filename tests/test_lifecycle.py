@@ -1,4 +1,5 @@
-"""flux_dws.lifecycle.decide: unit tests per state x status x phase, and a hypothesis model.
+# SPDX-License-Identifier: LGPL-3.0-only
+"""flux_dws.core.lifecycle.decide: unit tests per state x status x phase, and a hypothesis model.
 
 The model plays DWS (admission rules included) and Flux's job-manager around decide(), in
 pure Python: random observation sequences must never produce an illegal transition, a second
@@ -14,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flux_dws import lifecycle as lc
-from flux_dws.health import Failures
-from flux_dws.identity import FINALIZER
-from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo, decide
-from flux_dws.policy import policy_from_table
-from flux_dws.request import request_from_attributes
-from flux_dws.states import STATE_ORDER, State, Status, is_legal_transition
-from flux_dws.storage import JOBSPEC_STORAGE_KEY
-from flux_dws.workflow import ContainerOutcome, ContainerState, WorkflowView
+from flux_dws.core import lifecycle as lc
+from flux_dws.core.health import Failures
+from flux_dws.core.identity import FINALIZER
+from flux_dws.core.lifecycle import JobException, JobPhase, JobView, ProposalInfo, decide
+from flux_dws.core.policy import policy_from_table
+from flux_dws.core.request import request_from_attributes
+from flux_dws.core.states import STATE_ORDER, State, Status, is_legal_transition
+from flux_dws.core.storage import JOBSPEC_STORAGE_KEY
+from flux_dws.core.workflow import ContainerOutcome, ContainerState, WorkflowView
 
 POLICY = policy_from_table({})
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """ruff is part of the tests: the tree is lint-clean and formatted."""
 
 from __future__ import annotations

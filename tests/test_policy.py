@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The site's [dws] table -> Policy: defaults, every key, every error, config directories."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_dws.errors import PolicyError
-from flux_dws.frozen import FrozenMap
-from flux_dws.policy import (
+from flux_dws.base.errors import PolicyError
+from flux_dws.base.frozen import FrozenMap
+from flux_dws.core.policy import (
     CONFIG_KEYS,
     DEFAULT_TIMEOUTS,
     TIMEOUT_KEYS,
@@ -22,7 +23,7 @@ from flux_dws.policy import (
     load_policy,
     policy_from_table,
 )
-from flux_dws.states import STATE_KEYS
+from flux_dws.core.states import STATE_KEYS
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "doc" / "dws.toml.example"
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

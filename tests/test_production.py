@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Running the service in production: metrics, the systemd watchdog, API health, standbys.
 
 Everything goes through a Stack (kubeapi over HTTP, dwssim, fakeflux, the real service).
@@ -19,8 +20,8 @@ from collections import Counter
 import pytest
 from waiting import wait_for
 
-from flux_dws.metrics import PromMetrics
-from flux_dws.states import State
+from flux_dws.core.states import State
+from flux_dws.service.metrics import PromMetrics
 from flux_dws.testing.stack import Stack
 
 DW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -87,8 +88,8 @@ def test_metrics_endpoint_shows_what_happened() -> None:
 
 
 def test_metrics_are_off_by_default_and_a_bare_port_is_loopback() -> None:
-    from flux_dws.errors import PolicyError
-    from flux_dws.policy import policy_from_table
+    from flux_dws.base.errors import PolicyError
+    from flux_dws.core.policy import policy_from_table
 
     assert policy_from_table({}).metrics_address is None
     assert policy_from_table({"metrics-address": "9464"}).metrics_address == ("127.0.0.1", 9464)
@@ -326,7 +327,7 @@ def test_health_view_survives_any_answer() -> None:
 
 
 def test_notifier_speaks_the_sd_notify_protocol(tmp_path) -> None:
-    from flux_dws.notify import Notifier
+    from flux_dws.service.notify import Notifier
 
     assert Notifier({}).send(ready="1") is False  # not under systemd: nothing, no error
     other = Notifier({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "5000000", "WATCHDOG_PID": "1"})
@@ -348,7 +349,7 @@ def test_notifier_speaks_the_sd_notify_protocol(tmp_path) -> None:
 
 
 def test_api_health_tells_a_hung_server_from_a_slow_one() -> None:
-    from flux_dws.apihealth import ApiHealth
+    from flux_dws.service.apihealth import ApiHealth
 
     now = [1000.0]
     health = ApiHealth(overdue=10.0, clock=lambda: now[0])

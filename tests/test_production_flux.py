@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Running the service in production, on a real Flux instance with the real jobtap plugin.
 
 - a hung API server (SIGSTOP) is alarmed within ``[dws] api-alarm``;
@@ -21,7 +22,7 @@ from collections import Counter
 import pytest
 from waiting import wait_for
 
-from flux_dws.daemon import EXIT_UNAVAILABLE
+from flux_dws.service.daemon import EXIT_UNAVAILABLE
 from flux_dws.testing.realflux import flux_command
 from flux_dws.testing.stack import Stack
 

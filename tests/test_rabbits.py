@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Rabbit scheduling, pure parts: hostlists, the resource graph, the jobspec rewrite, the
 Servers plan from an allocation, and the site's storage limits."""
 
@@ -12,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flux_dws.base.errors import PolicyError
+from flux_dws.base.hostlist import HostlistError, encode_idset, expand_hostlist, expand_idset
 from flux_dws.cli import main
-from flux_dws.errors import PolicyError
-from flux_dws.hostlist import HostlistError, encode_idset, expand_hostlist, expand_idset
-from flux_dws.jobspec import (
+from flux_dws.core.jobspec import (
     NO_LIMIT,
     StorageLimit,
     bytes_per_node,
@@ -23,15 +24,15 @@ from flux_dws.jobspec import (
     rabbit_resources,
     release_update,
 )
-from flux_dws.policy import policy_from_table
-from flux_dws.rabbits import (
+from flux_dws.core.policy import policy_from_table
+from flux_dws.core.rabbits import (
     GIB,
     RabbitError,
     allocated_rabbits,
     rabbit_inventory,
     resource_graph,
 )
-from flux_dws.storage import (
+from flux_dws.core.storage import (
     ACROSS_SERVERS,
     JOBSPEC_STORAGE_KEY,
     PER_COMPUTE,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Ownership and start-up order: the pure parts of reconciliation."""
 
 from __future__ import annotations
@@ -6,8 +7,8 @@ import copy
 
 import pytest
 
-from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, owned_jobid, workflow_name
-from flux_dws.reconcile import plan_cleanup, startup_order
+from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL, owned_jobid, workflow_name
+from flux_dws.core.reconcile import plan_cleanup, startup_order
 
 
 def workflow(identity: str = "east", jobid: int = 42) -> dict:

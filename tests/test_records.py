@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Data-movement records and container output: the pure parts, the decisions, the stand-ins.
 
 copies.py and output.py read untrusted Kubernetes objects; lifecycle.decide() must record the
@@ -16,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flux_dws import lifecycle as lc
-from flux_dws.copies import (
+from flux_dws.core import lifecycle as lc
+from flux_dws.core.copies import (
     DIRECTIVE_INDEX_LABEL,
     INITIATOR_LABEL,
     copy_records,
@@ -26,10 +27,10 @@ from flux_dws.copies import (
     go_duration,
     pending_copies,
 )
+from flux_dws.core.lifecycle import JobPhase, decide
+from flux_dws.core.output import pod_containers, read_saved, tail, tail_lines
+from flux_dws.core.states import State, Status
 from flux_dws.flux.records import job_view
-from flux_dws.lifecycle import JobPhase, decide
-from flux_dws.output import pod_containers, read_saved, tail, tail_lines
-from flux_dws.states import State, Status
 from tests.test_lifecycle import POLICY, job, recorded, request, wf
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

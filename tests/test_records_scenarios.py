@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Scenarios: what became of a job's data and containers, as its user reads it.
 
 Run against every job-manager the ``stack`` fixture offers (fakeflux, fakeflux with the service
@@ -16,12 +17,12 @@ import time
 
 import pytest
 
+from flux_dws.base.jobid import f58
 from flux_dws.cli import main as cli_main
-from flux_dws.cli.jobid import f58
 from flux_dws.cli.sources import StackSource
-from flux_dws.identity import workflow_name
-from flux_dws.output import OUTPUT_KEY
-from flux_dws.states import State
+from flux_dws.core.identity import workflow_name
+from flux_dws.core.output import OUTPUT_KEY
+from flux_dws.core.states import State
 from flux_dws.testing.stack import Stack
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A job's system.dw / system.dw_timeout -> DwRequest: every refusal, defaults, presets, JSON."""
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_dws.directives import parse_directives
-from flux_dws.errors import DirectiveError, RequestError
-from flux_dws.policy import TIMEOUT_KEYS, Policy, policy_from_table
-from flux_dws.request import DwRequest, request_from_attributes
+from flux_dws.base.errors import DirectiveError, RequestError
+from flux_dws.core.directives import parse_directives
+from flux_dws.core.policy import TIMEOUT_KEYS, Policy, policy_from_table
+from flux_dws.core.request import DwRequest, request_from_attributes
 
 OWNER = 1000
 USER = 2000

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Restarts: the service is killed (as SIGKILL would) and started again with jobs in flight.
 
 Runs against every job-manager backend (fakeflux, and real Flux where installed).  What must hold:
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from flux_dws.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL
-from flux_dws.states import State
+from flux_dws.core.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL
+from flux_dws.core.states import State
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 

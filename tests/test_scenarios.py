@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """User-level scenarios: #DW jobs through the real service, kubeapi, dwssim and a job-manager.
 
 The job-manager side is the ``stack`` fixture (tests/conftest.py): fakeflux always, and a real
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux_dws.states import State
+from flux_dws.core.states import State
 from flux_dws.testing.dwssim import seed
 from flux_dws.testing.stack import Stack
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The service's watch inbox: a backlog of watch events costs one decision per workflow.
 
 Under load the loop falls behind the watch; only the newest version of each workflow is worth
@@ -10,12 +11,12 @@ import os
 
 import pytest
 
+from flux_dws.base.loop import Loop
+from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL, workflow_name
+from flux_dws.core.policy import policy_from_table
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.identity import INSTANCE_LABEL, JOBID_LABEL, workflow_name
 from flux_dws.k8s import KubeClient, KubeWorker
-from flux_dws.loop import Loop
-from flux_dws.policy import policy_from_table
-from flux_dws.service import Service
+from flux_dws.service.service import Service
 from flux_dws.testing.fakeflux import FakeFlux
 
 IDENTITY = "inbox"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The sharness tests in t/ (real Flux, the real dws jobtap plugin), one pytest test per file.
 
 Each t/tNNNN-*.t script runs with bash from t/ and starts its own Flux test instance, with

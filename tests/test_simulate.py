@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """`flux dws simulate`: the job plan, the judging of endings, the summary, the live view, and
 one whole simulation through main() (kubeapi + dwssim + fakeflux + the real service)."""
 
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flux_dws.base.errors import DwsError
 from flux_dws.cli import main
 from flux_dws.cli.simplan import (
     DEFAULT_MIX,
@@ -26,7 +28,6 @@ from flux_dws.cli.simplan import (
     summarize,
 )
 from flux_dws.cli.simulate import run
-from flux_dws.errors import DwsError
 
 T0 = 1_700_000_000.0
 
@@ -438,7 +439,7 @@ def _copies_and_a_failure():
 
 def test_plot_shows_every_state_and_tells_failed_jobs_apart():
     from flux_dws.cli.plot import MIN_WIDTH, timeline_bars
-    from flux_dws.states import State
+    from flux_dws.core.states import State
 
     ok, failed = _copies_and_a_failure()
     assert failed.failed and not ok.failed and failed.failed_at == T0 + 25

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Data from Kubernetes is untrusted: each bad object fails its own job clearly, or holds it,
 and never wedges a job or the service (issue 12, part B).
 
@@ -17,19 +18,19 @@ from typing import Any
 import pytest
 from waiting import wait_for
 
-from flux_dws.errors import PolicyError
+from flux_dws.base.errors import PolicyError
+from flux_dws.base.loop import Loop
+from flux_dws.base.sanitize import jansson_problem, json_safe, one_line
+from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide
+from flux_dws.core.policy import Policy, policy_from_table
+from flux_dws.core.request import MAX_DIRECTIVE_BYTES, request_from_attributes
+from flux_dws.core.states import State
+from flux_dws.core.storage import StorageError, breakdown_error, needs_from_breakdowns
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s.client import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
-from flux_dws.lifecycle import JobPhase, JobView, RaiseException, decide
-from flux_dws.loop import Loop
-from flux_dws.policy import Policy, policy_from_table
-from flux_dws.request import MAX_DIRECTIVE_BYTES, request_from_attributes
-from flux_dws.sanitize import jansson_problem, json_safe, one_line
-from flux_dws.states import State
-from flux_dws.storage import StorageError, breakdown_error, needs_from_breakdowns
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.stack import Stack

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The job-ingest validator: which jobs it checks, what it says, and how a bad [dws] table shows.
 
 The request rules themselves are tested in test_request.py; here the point is that the
@@ -18,10 +19,10 @@ from typing import Any
 import pytest
 
 import flux_dws.validator as validator_module
-from flux_dws.errors import PolicyError, RequestError
-from flux_dws.fluxcore import bindings_problem
-from flux_dws.policy import policy_from_table
-from flux_dws.request import request_from_attributes
+from flux_dws.base.errors import PolicyError, RequestError
+from flux_dws.core.policy import policy_from_table
+from flux_dws.core.request import request_from_attributes
+from flux_dws.flux.bindings import bindings_problem
 from flux_dws.validator import DwsValidator, is_dws_job, site_policy, validate_attributes
 
 OWNER = 1000

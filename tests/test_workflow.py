@@ -1,4 +1,5 @@
-"""flux_dws.workflow: Workflow dict -> WorkflowView, and the container outcome."""
+# SPDX-License-Identifier: LGPL-3.0-only
+"""flux_dws.core.workflow: Workflow dict -> WorkflowView, and the container outcome."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flux_dws.states import STATE_ORDER, State, Status
-from flux_dws.testing.ruleset import watched_states
-from flux_dws.workflow import (
+from flux_dws.core.states import STATE_ORDER, State, Status
+from flux_dws.core.workflow import (
     ContainerOutcome,
     ContainerState,
     DriverStatus,
@@ -23,6 +23,7 @@ from flux_dws.workflow import (
     parse_time,
     view_workflow,
 )
+from flux_dws.testing.ruleset import watched_states
 
 JOBDW = "#DW jobdw type=gfs2 capacity=10GiB name=scratch"
 CONTAINER = "#DW container name=my-container profile=red-rock-slushy DW_JOB_local_storage=scratch"

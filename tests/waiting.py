@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Bounded waiting for tests: poll a condition, fail (never hang) if it does not come true."""
 
 from __future__ import annotations

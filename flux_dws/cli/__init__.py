@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws``: status, list, logs, cleanup, service, check-validator and simulate.
 
 Installed as the ``flux-dws`` executable, which Flux runs for ``flux dws`` (it looks in its
@@ -18,14 +19,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable, TextIO
 
 from flux_dws import __version__
+from flux_dws.base.errors import DwsError
+from flux_dws.base.usage import PROG, UsageError
+from flux_dws.base.usage import OneLineParser as _Parser
 from flux_dws.cli import commands
 from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS
 from flux_dws.cli.sources import FluxSource, Source, SourceError, flux_uri_problem
-from flux_dws.cli.usage import PROG, UsageError
-from flux_dws.cli.usage import OneLineParser as _Parser
-from flux_dws.errors import DwsError
+from flux_dws.core.rabbits import RabbitError
 from flux_dws.k8s import KubeError
-from flux_dws.rabbits import RabbitError
 
 #: Commands that read a Flux instance (and need FLUX_URI).
 INSTANCE_COMMANDS = ("status", "list", "logs", "cleanup")

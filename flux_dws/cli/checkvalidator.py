@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws check-validator``: does the ingest validator load in job-ingest's Python?
 
 job-ingest runs its validators with ``flux job-validator``, under flux-core's own Python.  A
@@ -13,7 +14,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from flux_dws.fluxcore import flux_command
+from flux_dws.flux.bindings import flux_command
 
 #: Seconds ``flux job-validator`` may take for the two probe jobs.
 CHECK_TIMEOUT = 60.0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The I/O shell of ``flux dws status|list|logs|cleanup|service``: read, build a view, print.
 
 Each command takes its parsed arguments, a Source, an output stream and the time, so tests
@@ -13,9 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.health import build_health, health_json, render_health
 from flux_dws.cli.inventory import filter_rows, list_rows
-from flux_dws.cli.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.records import copies, render_copies, render_output
 from flux_dws.cli.render import (
     LIST_FIELDS,
@@ -29,14 +31,14 @@ from flux_dws.cli.render import (
 )
 from flux_dws.cli.sources import Source, SourceError, user_id, user_name
 from flux_dws.cli.views import build_logs, build_status, events_named, job_state
-from flux_dws.errors import DwsError
+from flux_dws.core.output import OUTPUT_KEY, read_saved
+from flux_dws.core.reconcile import Sweep, plan_cleanup
+from flux_dws.core.states import State
+from flux_dws.core.workflow import view_workflow
 from flux_dws.k8s import KubeError
-from flux_dws.output import OUTPUT_KEY, read_saved
-from flux_dws.reconcile import Sweep, plan_cleanup
-from flux_dws.states import State
-from flux_dws.workflow import view_workflow
+from flux_dws.service import daemon
 
-log = logging.getLogger("flux_dws.cli")
+log = logging.getLogger("flux-dws.cli")
 
 #: How often ``cleanup`` re-reads a workflow while waiting for its Teardown.
 CLEANUP_POLL = 0.5
@@ -248,11 +250,5 @@ def _teardown_outcome(kube: Any, name: str) -> str | None:
 
 
 def service(args: argparse.Namespace) -> int:
-    try:
-        from flux_dws.daemon import main as daemon_main
-    except ImportError as exc:
-        if exc.name and exc.name.startswith("flux_dws"):
-            raise SourceError("the service (flux_dws.daemon) is not part of this install") from None
-        raise
     rest = list(args.rest)
-    return int(daemon_main(rest[1:] if rest[:1] == ["--"] else rest) or 0)
+    return int(daemon.main(rest[1:] if rest[:1] == ["--"] else rest) or 0)

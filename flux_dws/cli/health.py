@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """`flux dws status` without a job ID: the service's health at a glance.
 
 Built from the dws plugin's ``list`` answer alone (doc/protocol.rst): its job records, and
@@ -15,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from flux_dws.cli.views import format_duration
-from flux_dws.states import State
-from flux_dws.status import StateRow, job_summary
+from flux_dws.core.states import State
+from flux_dws.core.status import StateRow, job_summary
 
 ERRORS_SHOWN = 5
 

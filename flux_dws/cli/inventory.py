@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """This instance's workflows as ``flux dws list`` shows them, and the orphan sweep's plan.
 
 Pure functions of the listed Workflow objects (and the jobs the dws plugin holds); the caller
@@ -11,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from flux_dws.base.errors import DwsError
 from flux_dws.cli.views import read_workflow
-from flux_dws.errors import DwsError
-from flux_dws.states import State
-from flux_dws.workflow import parse_time
+from flux_dws.core.states import State
+from flux_dws.core.workflow import parse_time
 
 # --------------------------------------------------------------------------- flux dws list
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The simulation's timeline as an image: one row per job, one coloured bar per workflow state.
 
 matplotlib is an optional extra (``pip install flux-dws[plot]``); it is imported only here,
@@ -11,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flux_dws.cli.jobid import f58
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58
 from flux_dws.cli.simplan import Ending
-from flux_dws.errors import DwsError
-from flux_dws.states import STATE_ORDER, State
+from flux_dws.core.states import STATE_ORDER, State
 
 INSTALL_HINT = "pip install flux-dws[plot]"
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws simulate``'s progress: one line per job as it ends, and a progress line.
 
 The progress line (jobs ended of total, failures so far, elapsed time) is drawn in place by
@@ -12,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
 
-from flux_dws.cli.jobid import f58
+from flux_dws.base.jobid import f58
 from flux_dws.cli.simplan import Ending, PlannedJob, scaled_note
 from flux_dws.cli.views import format_duration
 

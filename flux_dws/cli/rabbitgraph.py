@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws rabbit-graph``: write the instance's R with rabbits for Fluxion.
 
 Reads R (RFC 20) from a file or standard input, the rabbits from the live Kubernetes API or
 from a JSON file an admin saved (``kubectl get systemconfigurations,storages -A -o json``), and
-writes R with a JGF ``scheduling`` key (flux_dws.rabbits.resource_graph).  The same input always
-gives the same bytes, so a changed file means a changed system.
+writes R with a JGF ``scheduling`` key (flux_dws.core.rabbits.resource_graph).  The same
+input always gives the same bytes, so a changed file means a changed system.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from flux_dws.cli.sources import SourceError
-from flux_dws.rabbits import (
+from flux_dws.core.rabbits import (
     DEFAULT_CHUNKS,
     RABBIT_TYPE,
     Rabbit,

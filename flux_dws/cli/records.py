@@ -1,7 +1,8 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws status`` data movement and ``flux dws logs`` container output (pure views).
 
 Data movement comes from the job's ``dws-datamovement`` events; container output from the
-document flux-dws saved in the job's KVS directory (flux_dws.output), which only the job's
+document flux-dws saved in the job's KVS directory (flux_dws.core.output), which only the job's
 owner and the instance owner can read.  When nothing was saved, the ``dws-container`` event
 says why (for example, the pods were already gone).
 """
@@ -12,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flux_dws.cli.jobid import f58
-from flux_dws.output import SavedOutput
+from flux_dws.base.jobid import f58
+from flux_dws.core.output import SavedOutput
 
 Event = Mapping[str, Any]
 

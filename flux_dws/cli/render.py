@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Text for people and JSON for programs, from the views; pure, no colour, no TTY tricks.
 
 Tables follow ``flux jobs``: a Python format string names the fields (``-o "{jobid} {state}"``),
@@ -17,10 +18,10 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58
 from flux_dws.cli.inventory import ListRow
-from flux_dws.cli.jobid import f58
 from flux_dws.cli.views import JobLogs, JobStatus, format_duration
-from flux_dws.errors import DwsError
 
 _FORMATTER = string.Formatter()
 #: [[fill]align][sign][z][#][0][width][grouping][.precision][type] -> the parts a header keeps.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws simulate``, the pure part: which jobs to run, how each should end, the summary.
 
 Every job kind tells a story with a known ending (COMPLETED, or FAILED with a reason the user
@@ -15,16 +16,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_dws.cli.jobid import f58
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58
 from flux_dws.cli.views import (
     StateSpan,
     fatal_exception,
     format_duration,
     timeline,
 )
-from flux_dws.errors import DwsError
+from flux_dws.core.states import STATE_ORDER, State
 from flux_dws.flux import results
-from flux_dws.states import STATE_ORDER, State
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 GFS2 = "#DW jobdw type=gfs2 capacity=10GiB name=shared"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """``flux dws simulate``: a mix of #DW jobs through the real service, watched live.
 
 The embedded Kubernetes API server and DWS simulator play the cluster, with per-state delays
@@ -18,7 +19,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from flux_dws.cli.jobid import f58_prefix
+from flux_dws.base.errors import DwsError
+from flux_dws.base.fsd import parse_fsd
+from flux_dws.base.jobid import f58_prefix
 from flux_dws.cli.progress import Progress
 from flux_dws.cli.simplan import (
     DEFAULT_MIX,
@@ -33,8 +36,6 @@ from flux_dws.cli.simplan import (
     summarize,
 )
 from flux_dws.cli.views import format_duration
-from flux_dws.errors import DwsError
-from flux_dws.fsd import parse_fsd
 
 #: How often the live view is redrawn, and job states are polled, per second.
 REFRESH_HZ = 5.0

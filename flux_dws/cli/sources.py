@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Where ``flux dws`` commands read from: a real Flux instance, or a Stack in tests/simulate.
 
 A source gives three things: a job's eventlog, the jobs the dws jobtap plugin holds
@@ -16,10 +17,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from flux_dws.errors import DwsError
-from flux_dws.fluxcore import FluxUnavailable, import_flux, run_under_flux_hint
+from flux_dws.base.errors import DwsError
+from flux_dws.core.policy import Policy, policy_from_table
+from flux_dws.flux.bindings import FluxUnavailable, import_flux, run_under_flux_hint
 from flux_dws.k8s import KubeClient
-from flux_dws.policy import Policy, policy_from_table
 
 #: Seconds any one Flux RPC may take before the command gives up on it.
 RPC_TIMEOUT = 10.0
@@ -122,7 +123,7 @@ class FluxSource(_KubeMixin):
             flux = import_flux(environ)
         except FluxUnavailable as exc:
             raise SourceError(f"{exc}{run_under_flux_hint(command, environ)}") from None
-        from flux_dws.daemon import instance_identity
+        from flux_dws.service.daemon import instance_identity
 
         self.timeout = timeout
         try:
@@ -221,7 +222,7 @@ class StackSource(_KubeMixin):
 
     def plugin_list(self) -> dict[str, Any]:
         """The plugin's ``list`` answer, on a connection of our own."""
-        from flux_dws.loop import Loop
+        from flux_dws.base.loop import Loop
 
         connect = getattr(self.stack.flux, "connect", None)
         if connect is None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """What ``flux dws`` shows, as pure functions of what was read and the time.
 
 Every view is built from a job's eventlog (what flux-dws recorded on the job, doc/protocol.rst)
@@ -12,11 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flux_dws.errors import DwsError
+from flux_dws.base.errors import DwsError
+from flux_dws.base.fsd import parse_fsd
+from flux_dws.core.states import STATE_KEYS, State
+from flux_dws.core.workflow import ContainerState, WorkflowView, view_workflow
 from flux_dws.flux import results
-from flux_dws.fsd import parse_fsd
-from flux_dws.states import STATE_KEYS, State
-from flux_dws.workflow import ContainerState, WorkflowView, view_workflow
 
 Event = Mapping[str, Any]
 

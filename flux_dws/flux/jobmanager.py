@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The service's side of doc/protocol.rst: requests to the dws jobtap plugin.
 
 Every request is built here and nowhere else, for the real Flux transport and for fakeflux
@@ -12,10 +13,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from flux_dws.base.sanitize import json_safe, one_line
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
-from flux_dws.sanitize import json_safe, one_line
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.flux.jobmanager")
 
 RecordsCallback = Callable[[list[dict[str, Any]], bool], None]
 
@@ -34,7 +35,7 @@ class JobManager:
         self.sent: dict[str, int] = {}
 
     def _rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
-        """Send one request; nothing jansson refuses leaves here (flux_dws.sanitize), so a
+        """Send one request; nothing jansson refuses leaves here (flux_dws.base.sanitize), so a
         NUL in a DWS message can never make the plugin refuse the request."""
         self.sent[method] = self.sent.get(method, 0) + 1
         self.transport.rpc(method, json_safe(payload), on_done)

@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The service's loop and transport on a real Flux handle (flux-core's Python bindings).
 
-FluxLoop is flux_dws.loop.Loop driven by the Flux reactor: callbacks queued from any thread
+FluxLoop is flux_dws.base.loop.Loop driven by the Flux reactor: callbacks queued from any thread
 wake the reactor through a pipe, and the loop's timer heap is served by one Flux timer watcher
 re-armed for the next deadline.  FluxTransport sends doc/protocol.rst's requests with the same
 handle, so every Flux call happens on the reactor's thread.  Imports of ``flux`` stay inside
@@ -15,10 +16,10 @@ import os
 import time
 from typing import Any, Callable
 
+from flux_dws.base.loop import Loop
 from flux_dws.flux.transport import TOPIC_PREFIX, Callback, Payload, RpcError
-from flux_dws.loop import Loop
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.flux.reactor")
 
 
 class FluxLoop(Loop):

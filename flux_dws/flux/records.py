@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The plugin's job records (doc/protocol.rst) -> JobView, as a pure function.
 
 Everything flux-dws recorded on a job comes back in the record's ``dws`` table (the latest
@@ -10,13 +11,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from flux_dws.errors import RequestError
-from flux_dws.health import Failures
-from flux_dws.lifecycle import JobException, JobPhase, JobView, ProposalInfo
-from flux_dws.policy import Policy
-from flux_dws.request import DwRequest, request_from_attributes
-from flux_dws.states import State
-from flux_dws.workflow import ContainerState
+from flux_dws.base.errors import RequestError
+from flux_dws.core.health import Failures
+from flux_dws.core.lifecycle import JobException, JobPhase, JobView, ProposalInfo
+from flux_dws.core.policy import Policy
+from flux_dws.core.request import DwRequest, request_from_attributes
+from flux_dws.core.states import State
+from flux_dws.core.workflow import ContainerState
 
 
 def parse_request(

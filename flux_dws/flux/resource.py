@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The service's hands on Flux's nodes: drain state, drain, undrain, Fluxion's rabbit pools.
 
 flux-core's resource module answers ``resource.status`` (R, the drained ranks with their
@@ -6,7 +7,7 @@ hostlist or idset; ``mode`` "update" leaves a node that already has a reason alo
 nodes not drained on undrain).  The service runs as the instance owner, which these RPCs
 require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to mark each of
 a rabbit's ssd vertices up or down; their paths come from the rabbit-aware JGF in R's
-``scheduling`` key (flux_dws.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``), which
+``scheduling`` key (flux_dws.core.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``), which
 ``resource.status`` leaves out of its R, so they are asked of Fluxion itself
 (``sched-fluxion-resource.find``, every vertex, as JGF) the first time they are needed.
 
@@ -22,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from flux_dws.frozen import FrozenMap
-from flux_dws.rabbits import ssd_paths
+from flux_dws.base.frozen import FrozenMap
+from flux_dws.core.rabbits import ssd_paths
 
 log = logging.getLogger("flux-dws")
 

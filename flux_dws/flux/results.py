@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """How Flux judges a job from its eventlog: the result `flux jobs` shows, and the exit status
 `flux run` / `flux job attach` return.  flux-core's rules, in one place for fakeflux, the
 `flux dws` views and the tests.

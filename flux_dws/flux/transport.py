@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """How the service reaches the job-manager: RPCs and one streaming RPC, results on the loop.
 
 Two implementations speak the same messages (doc/protocol.rst): the real one over a Flux

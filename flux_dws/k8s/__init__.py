@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The only code that talks to Kubernetes.
 
 - KubeClient: DWS/NNF requests, each with a timeout and bounded, jittered, counted retries.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Bounded, jittered exponential backoff: one rule for request retries and watch reconnects."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """KubeClient: every Kubernetes request flux-dws makes, each bounded in time and retries.
 
 Synchronous and thread-safe: the service runs these calls on a KubeWorker thread, never on its
@@ -23,7 +24,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from flux_dws.identity import check_identity, instance_selector, workflow_name
+from flux_dws.core.identity import check_identity, instance_selector, workflow_name
+from flux_dws.core.states import State
 from flux_dws.k8s.backoff import backoff_delay, retry_after
 from flux_dws.k8s.errors import (
     KubeError,
@@ -64,9 +66,8 @@ from flux_dws.k8s.resources import (
     version_of,
     workflow_body,
 )
-from flux_dws.states import State
 
-log = logging.getLogger("flux_dws.k8s")
+log = logging.getLogger("flux-dws.k8s")
 
 T = TypeVar("T")
 
@@ -457,7 +458,7 @@ class KubeClient:
             name,
         )
 
-    # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.health) --------------
+    # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.core.health) --------------
 
     def list_storages(self) -> list[dict]:
         """Every rabbit's Storage resource (capacity, health, links to its computes)."""

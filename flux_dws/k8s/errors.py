@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Kubernetes errors as one-line messages, and the pure rules that classify a failed request.
 
 Every failure the adapter reports names the verb, the resource, the object and what happened,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Reads for the job's records: NnfDataMovements, container pods and their logs.
 
 Each call goes through KubeClient._call (a timeout per attempt, bounded retries).  A refusal
@@ -12,11 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flux_dws.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
-from flux_dws.k8s.client import KubeClient
-from flux_dws.k8s.errors import KubeError
-from flux_dws.k8s.resources import NNF_GROUP
-from flux_dws.output import (
+from flux_dws.core.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
+from flux_dws.core.output import (
     MAX_CONTAINERS,
     ContainerOutput,
     SavedOutput,
@@ -26,6 +24,9 @@ from flux_dws.output import (
     tail,
     tail_lines,
 )
+from flux_dws.k8s.client import KubeClient
+from flux_dws.k8s.errors import KubeError
+from flux_dws.k8s.resources import NNF_GROUP
 
 DATA_MOVEMENTS = "nnfdatamovements"
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The DWS and NNF resources flux-dws touches, and the bodies it sends: pure functions.
 
 Kept apart from the HTTP code so what we write to Kubernetes can be read (and reviewed against
@@ -12,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flux_dws.identity import FINALIZER, WLM_ID, owned_jobid, ownership_labels, workflow_name
+from flux_dws.core.identity import FINALIZER, WLM_ID, owned_jobid, ownership_labels, workflow_name
+from flux_dws.core.states import State
+from flux_dws.core.storage import StorageError
 from flux_dws.k8s.errors import KubeSetupError
-from flux_dws.states import State
-from flux_dws.storage import StorageError
 
 DWS_GROUP = "dataworkflowservices.github.io"
 NNF_GROUP = "nnf.cray.hpe.com"

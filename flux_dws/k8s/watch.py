@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """WorkflowWatch: one long-lived watch on this instance's workflows, delivered once each.
 
 The existing Flux integration polls every 5 s and replays everything from version 0 after a
@@ -27,7 +28,7 @@ from flux_dws.k8s.client import TRANSPORT_ERRORS, KubeClient
 from flux_dws.k8s.errors import KubeError, describe_status
 from flux_dws.k8s.resources import name_of, version_of
 
-log = logging.getLogger("flux_dws.k8s.watch")
+log = logging.getLogger("flux-dws.k8s.watch")
 
 #: What the watch hands to the service: ('ADDED'|'MODIFIED'|'DELETED', workflow object).
 Delivery = tuple[str, dict]

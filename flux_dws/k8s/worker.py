@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """KubeWorker: run Kubernetes calls off the service's event loop; results come back as events.
 
 A bounded pool of threads; ``submit`` only enqueues, so the event loop never waits on the API.
@@ -12,7 +13,7 @@ import logging
 import threading
 from typing import Any, Callable, TypeVar
 
-log = logging.getLogger("flux_dws.k8s.worker")
+log = logging.getLogger("flux-dws.k8s.worker")
 
 T = TypeVar("T")
 

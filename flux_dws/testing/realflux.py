@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A real Flux instance for the scenario suite, with fakeflux's user-side API.
 
 ``RealFlux`` starts `flux start --test-size=N --test-hosts=...` with the dws jobtap plugin, the
@@ -24,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flux_dws.fluxcore import FluxUnavailable, bindings_path, bindings_problem, flux_command
-from flux_dws.fluxcore import import_flux as _import_flux
+from flux_dws.flux.bindings import FluxUnavailable, bindings_path, bindings_problem, flux_command
+from flux_dws.flux.bindings import import_flux as _import_flux
 from flux_dws.testing.fakeflux import JobInfo, SubmitError
 
 __all__ = ["RealFlux", "flux_command", "real_flux_problem", "FluxUnavailable"]

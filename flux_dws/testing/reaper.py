@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Find and end every process one test run started, and no other.
 
 The test session puts a token of its own in ``FLUX_DWS_TEST_RUN`` before it starts anything;

@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The DWDirectiveRules a DWS + NNF system registers (dws-api.md section 3), as data.
 
 Shared by kubeapi's admission webhook (which driver entries a new Workflow gets, and which
 directive lists DWS refuses at create) and by dwssim (which driver acts in which state).
 Only the simulator and the stand-in API server use it: flux-dws itself validates directives
-in flux_dws.directives, which adds the job-wide rules nnf-sos applies in Proposal.
+in flux_dws.core.directives, which adds the job-wide rules nnf-sos applies in Proposal.
 
 :func:`admission_error` reads a directive list the way DWS's utils/dwdparse does: each word
 after the command is ``key=value`` (split at the first ``=``; a word without one has no
@@ -17,8 +18,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flux_dws.directives import words
-from flux_dws.states import State
+from flux_dws.core.directives import words
+from flux_dws.core.states import State
 
 NNF_DRIVER = "nnf"
 TEST_DRIVER = "tester"  # the test ruleset's driverLabel, the driver's DRIVERID

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A whole flux-dws world: kubeapi + dwssim + fakeflux (or real Flux) + the real service.
 
 Scenario tests, benchmarks and ``flux dws simulate`` all use this, so there is one way to put
@@ -22,22 +23,22 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flux_dws.errors import RequestError
+from flux_dws.base.errors import RequestError
+from flux_dws.base.loop import Loop
+from flux_dws.core.identity import instance_selector, workflow_name
+from flux_dws.core.policy import Policy, policy_from_table
+from flux_dws.core.request import request_from_attributes
+from flux_dws.core.states import State
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.identity import instance_selector, workflow_name
 from flux_dws.k8s import KubeClient
-from flux_dws.loop import Loop
-from flux_dws.policy import Policy, policy_from_table
-from flux_dws.request import request_from_attributes
-from flux_dws.service import Service
-from flux_dws.states import State
+from flux_dws.service.service import Service
 from flux_dws.testing.dwssim import DwsSim, compute_names, seed
 from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 from flux_dws.testing.kubeapi.admission import deny
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.testing.stack")
 
 
 class Stack:
@@ -70,7 +71,7 @@ class Stack:
         self.hosts = compute_names(hosts)
         # Which compute nodes each rabbit serves (None: 16 to a rabbit, seed's default), and
         # each rabbit's Storage capacity in bytes.  With real Flux and Fluxion installed, the
-        # instance's R holds these rabbits (flux_dws.rabbits.resource_graph).
+        # instance's R holds these rabbits (flux_dws.core.rabbits.resource_graph).
         self.rabbits = None if rabbits is None else {r: list(c) for r, c in rabbits.items()}
         self.capacity = capacity
         self.api_process = api_process
@@ -137,7 +138,7 @@ class Stack:
 
         if self.rabbits is None or self.api is None or not fluxion_installed():
             return None
-        from flux_dws.rabbits import rabbit_inventory, resource_graph
+        from flux_dws.core.rabbits import rabbit_inventory, resource_graph
 
         config = self.api.store.get("systemconfigurations", "default", "default")
         storages, _ = self.api.store.list("storages", "default")

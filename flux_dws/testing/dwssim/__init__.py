@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """dwssim: a DWS + NNF controller simulator for flux-dws tests, benchmarks and demos.
 
 It watches Workflows in the in-process store of ``flux_dws.testing.kubeapi`` and advances

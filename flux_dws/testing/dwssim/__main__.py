@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """python -m flux_dws.testing.dwssim: a stand-in DWS system to run flux-dws against.
 
 Serves the stand-in Kubernetes API (flux_dws.testing.kubeapi) on loopback, seeds it with a
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import threading
 
-from flux_dws.states import State
+from flux_dws.core.states import State
 from flux_dws.testing.dwssim.controller import REALISTIC_DELAYS, DwsSim, resolve_delays
 from flux_dws.testing.dwssim.seed import compute_names, seed
 from flux_dws.testing.kubeapi import Store

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Rabbit capacity, as nnf-sos accounts it: what each workflow's Servers took from each rabbit.
 
 A rabbit asked for more than its Storage resource says it has fails Setup the way nnf-sos does

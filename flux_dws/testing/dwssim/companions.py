@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The objects DWS and nnf-sos create beside a Workflow, built as plain dicts.
 
 Computes (Proposal, DWS), DirectiveBreakdowns and their Servers (Proposal, nnf-sos), the
@@ -14,8 +15,8 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flux_dws.directives import Directive, parse_size
-from flux_dws.storage import ACROSS_SERVERS, PER_COMPUTE, SINGLE_SERVER
+from flux_dws.core.directives import Directive, parse_size
+from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE, SINGLE_SERVER
 from flux_dws.testing.dwssim.status import micro_time
 from flux_dws.testing.kubeapi.resources import by_plural
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """User containers: NnfContainerProfiles, their simulated behaviours, and nnf-sos's verdicts.
 
 A profile made by the simulator carries the annotation ``BEHAVIOR_ANNOTATION`` saying what

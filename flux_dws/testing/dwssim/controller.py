@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """DwsSim: the DWS workflow controller and the nnf-sos / test drivers, against a Store.
 
 The imperative shell around the pure rules in ``status``, ``outcomes``, ``containers`` and
@@ -28,10 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from flux_dws.directives import Directive, parse_directives
-from flux_dws.errors import DirectiveError
-from flux_dws.states import State, Status
-from flux_dws.storage import rabbit_map
+from flux_dws.base.errors import DirectiveError
+from flux_dws.core.directives import Directive, parse_directives
+from flux_dws.core.states import State, Status
+from flux_dws.core.storage import rabbit_map
 from flux_dws.testing.dwssim import companions as cmp
 from flux_dws.testing.dwssim import datamovement as dm
 from flux_dws.testing.dwssim import faults as flt
@@ -66,7 +67,7 @@ from flux_dws.testing.kubeapi.errors import ApiError
 from flux_dws.testing.kubeapi.podlog import logs_of
 from flux_dws.testing.ruleset import BREAKDOWN_COMMANDS, NNF_DRIVER, TEST_DRIVER
 
-LOG = logging.getLogger("flux_dws.testing.dwssim")
+LOG = logging.getLogger("flux-dws.testing.dwssim")
 
 #: The finalizer the DWS workflow controller keeps on every workflow until it has cleaned up.
 FINALIZER = "dataworkflowservices.github.io/workflow"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """copy_in / copy_out: the NnfDataMovement objects nnf-sos creates and nnf-dm finishes.
 
 Shapes as upstream (nnf-sos ``startDataInOutState``, nnf-dm's controller): for XFS and GFS2
@@ -16,7 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flux_dws.directives import Directive
+from flux_dws.core.directives import Directive
 from flux_dws.testing.dwssim.companions import api_object, child_metadata, indexed_name
 from flux_dws.testing.dwssim.outcomes import Complete, Outcome, ResourceError
 from flux_dws.testing.dwssim.status import micro_time

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Rabbit and node faults the simulator can be told to play, and the resources they show in.
 
 - A rabbit's Storage changes status on command (``set_rabbit_status``), as DWS's Storage

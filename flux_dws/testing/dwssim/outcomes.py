@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """What a driver decides for one directive in one state, and how that lands in its entry.
 
 A driver's decision is a value: ``Complete``, ``Fail`` (status, message, error for the driver
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from flux_dws.states import Status
+from flux_dws.core.states import Status
 from flux_dws.testing.dwssim.status import micro_time
 
 USER, WLM, INTERNAL = "User", "WLM", "Internal"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The pods of a job's user containers, and what each one prints, for every behaviour.
 
 nnf-sos runs a container directive as one batch Job per rabbit (a pod named after the workflow

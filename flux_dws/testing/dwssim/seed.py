@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Seed a store with what a DWS + NNF system has before any job: rabbits and profiles."""
 
 from __future__ import annotations

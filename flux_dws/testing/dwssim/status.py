@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The DWS workflow controller's own status rules, as pure functions on Workflow dicts.
 
 These are the parts of a Workflow's status that DWS computes and no driver writes
@@ -17,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from flux_dws.states import Status
+from flux_dws.core.states import Status
 
 FORCED_READY_MESSAGE = "Forced Ready"
 

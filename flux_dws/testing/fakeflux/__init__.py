@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """fakeflux: Flux's job-manager with the dws jobtap plugin loaded, in one Python thread.
 
 The flux-dws service's scenario tests run against it where flux-core is absent; the same

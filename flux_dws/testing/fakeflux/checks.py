@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The dws jobtap plugin's submit-time checks: shape only, so a typo fails at submit.
 
 The plugin cannot parse #DW directives or know the site's limits (the service does, through its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A client's connection to fakeflux's job-manager: the in-process :class:`Transport`.
 
 Messages cross as JSON text, as they would over a Flux handle, so neither side can share or
@@ -13,12 +14,12 @@ import logging
 import threading
 from typing import Any, Callable
 
+from flux_dws.base.loop import Loop
+from flux_dws.base.sanitize import jansson_problem
 from flux_dws.flux.transport import Callback, Payload, RpcError
-from flux_dws.loop import Loop
-from flux_dws.sanitize import jansson_problem
 from flux_dws.testing.fakeflux.plugin import DwsPlugin, Request
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.testing.fakeflux.connection")
 
 
 def log_refused(method: str, problem: str) -> None:

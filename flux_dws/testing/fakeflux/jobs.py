@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A job as Flux's job-manager keeps it, and the snapshot tests get of it.
 
 ``Job`` is mutable and touched only on the job-manager's loop thread; ``JobInfo`` is the frozen

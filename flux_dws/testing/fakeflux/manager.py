@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """FakeFlux: Flux's job-manager, scheduler and exec system in one thread, dws plugin loaded.
 
 The state machine follows flux-core's job-manager (RFC 21): every change to a job is an event
@@ -21,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Callable, Optional
 
-from flux_dws.loop import Loop
+from flux_dws.base.loop import Loop
 from flux_dws.testing.fakeflux.checks import shallow_check
 from flux_dws.testing.fakeflux.connection import Connection
 from flux_dws.testing.fakeflux.jobs import (
@@ -39,7 +40,7 @@ from flux_dws.testing.fakeflux.jobs import (
 from flux_dws.testing.fakeflux.nodes import DrainSet, FakeNodes
 from flux_dws.testing.fakeflux.plugin import DwsPlugin
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.testing.fakeflux.manager")
 
 DEFAULT_HOSTS: tuple[str, ...] = ("compute-01", "compute-02", "compute-03", "compute-04")
 #: Job states in which each job-manager event is legal (flux-core's event_job_update).

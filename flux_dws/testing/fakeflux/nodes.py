@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """fakeflux's resource module: drained nodes with reasons, as flux-core's resource module keeps
 them (src/modules/resource/drain.c), and a NodeControl client for the service.
 
@@ -19,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base.loop import Loop
 from flux_dws.flux.resource import Done, NodeStatus
-from flux_dws.loop import Loop
 
 MODES = (None, "update", "overwrite", "force-overwrite")
 

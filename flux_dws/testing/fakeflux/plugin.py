@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The dws jobtap plugin, in Python: what jobtap/dws-jobtap.c does inside the job-manager.
 
 It holds #DW jobs at DEPEND (dependency ``dws``), in the prolog and in the epilog (actions
@@ -18,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from flux_dws.base.fsd import format_fsd
+from flux_dws.base.loop import Loop, Timer
 from flux_dws.flux.transport import RpcError
-from flux_dws.fsd import format_fsd
-from flux_dws.loop import Loop, Timer
 from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, is_dw_job
 from flux_dws.testing.fakeflux.jobs import Job
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.testing.fakeflux.plugin")
 
 #: The plugin's name: its dependency, prolog and epilog actions are all called this.
 NAME = "dws"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """fakeflux over a Unix socket: the flux-dws service in a process of its own.
 
 Under real Flux the service is its own process, talking to the job-manager in the broker.
@@ -34,11 +35,11 @@ import sys
 import threading
 from typing import Any, Callable
 
+from flux_dws.base.loop import Loop
 from flux_dws.flux.transport import Callback, Payload, RpcError
-from flux_dws.loop import Loop
 from flux_dws.testing.fakeflux.nodes import DrainError, TransportNodes, serve_resource
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flux-dws.testing.fakeflux.remote")
 
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -277,10 +278,10 @@ def service_figures(service: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from flux_dws.core.policy import policy_from_table
     from flux_dws.flux.jobmanager import JobManager
     from flux_dws.k8s import KubeClient
-    from flux_dws.policy import policy_from_table
-    from flux_dws.service import Service
+    from flux_dws.service.service import Service
 
     parser = argparse.ArgumentParser(description="the flux-dws service, against fakeflux")
     parser.add_argument("--socket", required=True, help="the FakeFluxServer's Unix socket")

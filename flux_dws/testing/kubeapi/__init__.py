@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """A Kubernetes API server for flux-dws's resources, over HTTP on 127.0.0.1 (tests only).
 
 ``Store`` holds the objects with Kubernetes semantics and can be used in-process (the DWS

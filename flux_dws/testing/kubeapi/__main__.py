@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """python -m flux_dws.testing.kubeapi: serve the stand-in Kubernetes API until SIGINT/SIGTERM.
 
 Prints the URL and the kubeconfig path (one per line) once serving, so scripts can read them.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The DWS Workflow admission webhooks (dws-api.md section 1), as pure functions plus one hook.
 
 Order and wording follow the upstream webhooks as a real API server reports them: structural
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux_dws.states import STATE_ORDER, State, Status
+from flux_dws.core.states import STATE_ORDER, State, Status
 from flux_dws.testing import ruleset
 
 from .errors import ApiError, invalid

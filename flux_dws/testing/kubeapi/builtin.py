@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The built-in (core/v1) kinds' Table columns and field selectors, as kube-apiserver has them.
 
 Custom resources print the columns their CRD declares; built-in kinds have printers written in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Discovery documents (/api, /apis, group and group/version resource lists, /version), pure.
 
 Served as plain application/json, which tells kubectl to use legacy (non-aggregated)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """ApiError: a Kubernetes API failure, carried as the v1 Status body a real server sends."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Fault injection for the stand-in API server: latency, error answers, dropped connections,
 cut watch streams and forced 410s.  Adjustable at run time, thread-safe, and seeded so that a
 test sending the same requests sees the same faults.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Field management: metadata.managedFields and server-side apply, as pure functions.
 
 A field set is a set of paths (tuples of steps); FieldsV1 is its nested JSON form

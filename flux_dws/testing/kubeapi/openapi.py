@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """OpenAPI v3 (and v2, JSON) documents for the served kinds, so kubectl can validate,
 `kubectl explain` and `kubectl edit` against the stand-in (pure).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """List paging: ``limit`` and ``continue`` tokens, as the API server (over etcd) has them.
 
 A token names the resourceVersion of the first page and the key after which the next page

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Query parameters as kube-apiserver decodes them (pure).
 
 Booleans take every spelling Go's strconv.ParseBool accepts ("1", "t", "T", "TRUE", "true",

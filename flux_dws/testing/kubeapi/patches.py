@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """JSON merge patch (RFC 7386) and JSON patch (RFC 6902), as pure functions on plain data."""
 
 from __future__ import annotations

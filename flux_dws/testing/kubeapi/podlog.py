@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The core/v1 ``pods/log`` subresource: a container's log as text/plain.
 
 A real API server asks the kubelet; here the log text lives beside the store, set by whoever

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Kubernetes protobuf request bodies for the built-in kinds kubectl sends that way (pure).
 
 kubectl's typed commands (`kubectl create namespace`, `kubectl create secret`) send their

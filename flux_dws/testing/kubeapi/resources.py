@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The resource table: which kinds the stand-in API server serves, as data.
 
 Adding a resource is one line in RESOURCES.  Every served version of a group shares one stored

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Label and field selectors, parsed and matched as the API server does (pure functions)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """KubeApi: the store served over HTTP/1.1 on 127.0.0.1 for the real kubernetes client and kubectl.
 
 Routing and the HTTP details live here; object semantics live in the store.  Watches stream
@@ -33,7 +34,7 @@ from .resources import CORE_VERSIONS, Resource, groups, lookup, served
 from .store import Store, Watch, Write
 from .tables import table, wants_table
 
-log = logging.getLogger("flux_dws.testing.kubeapi")
+log = logging.getLogger("flux-dws.testing.kubeapi")
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

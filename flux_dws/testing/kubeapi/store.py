@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """An in-memory object store with Kubernetes semantics: the state behind the stand-in API server.
 
 One lock guards everything; every mutation takes the next integer resourceVersion and appends

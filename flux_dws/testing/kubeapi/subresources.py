@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Subresources beyond /status: a registry the server routes to (e.g. pods/log).
 
 A module that serves one registers a handler for (plural, subresource); the server hands it

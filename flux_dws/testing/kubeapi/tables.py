@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """meta.k8s.io/v1 Table responses, so `kubectl get` prints a resource's columns (pure).
 
 Custom resources get the CRD convertor's columns: Name, then each additionalPrinterColumn

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """Watches and committed snapshots: what the store hands its readers (see store.py).
 
 A committed object is an immutable snapshot, encoded once at commit: every copy handed out

@@ -1,0 +1,354 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""Rabbit and node health, as pure functions: what Kubernetes and Flux show -> what to change.
+
+Three decisions live here, each a function of what is observable now (level-triggered, so a
+restarted service reaches the same answer and nothing flaps):
+
+- ``plan_drains``: which compute nodes flux-dws must drain because their rabbit (or their
+  link to it) is down, and which of its own earlier drains to undo.  A drain is flux-dws's
+  when its reason starts with ``DRAIN_TAG``; any other drain is an admin's and is never
+  touched.  Rabbit drains say ``dws: rabbit <name> ...``; drains for a job's failed node
+  (failure tolerance, stuck Teardown) say ``dws: job <id> ...`` and are left for an admin to
+  undo, since the node itself may be broken.
+- ``system_status_patch``: the smallest merge patch that makes DWS's SystemStatus
+  ``data.nodes`` agree with Flux (Enabled when up and not drained, Disabled otherwise).
+- ``tolerate``: whether a job's failed nodes fit within its ``dw_failure_tolerance``.
+
+Everything read from Kubernetes is untrusted: a malformed Storage gives a rabbit in
+``Unknown`` state, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flux_dws.base.frozen import FrozenMap
+
+#: Every drain reason flux-dws writes starts with this; anything else is an admin's.
+DRAIN_TAG = "dws: "
+#: Rabbit drains (undone when the rabbit is back).
+RABBIT_DRAIN = DRAIN_TAG + "rabbit "
+#: Drains for a job's failed node (left for an admin).
+JOB_DRAIN = DRAIN_TAG + "job "
+
+READY = "Ready"
+#: ResourceStatus values DWS defines (Storage status.status, access link status).
+STATUSES = (
+    "Starting",
+    "Ready",
+    "Disabled",
+    "NotPresent",
+    "Offline",
+    "Failed",
+    "Degraded",
+    "Drained",
+    "Fenced",
+    "Unknown",
+)
+#: A rabbit in one of these still serves its healthy links: only nodes whose own link is
+#: down are affected.  Any other status takes every node the rabbit serves.
+PARTIAL = frozenset({"Ready", "Degraded"})
+MAX_NAME = 253  # a Kubernetes object name; longer text from the API is cut
+MAX_REASON = 200  # drain reasons are shown in `flux resource drain` tables
+
+
+@dataclass(frozen=True)
+class Rabbit:
+    """One rabbit as its Storage resource shows it."""
+
+    name: str
+    status: str = "Unknown"  # status.status
+    enabled: bool = True  # spec.state != Disabled
+    links: Mapping[str, str] = field(default_factory=FrozenMap)  # compute -> link status
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "links", FrozenMap(dict(self.links)))
+
+    @property
+    def down(self) -> str | None:
+        """Why the whole rabbit is unusable (its ssd pool goes down), or None."""
+        if not self.enabled:
+            return "Disabled by an admin (spec.state)"
+        if self.status not in PARTIAL:
+            return self.status
+        return None
+
+    def link_down(self, compute: str) -> str | None:
+        """Why ``compute`` cannot use this rabbit, or None."""
+        whole = self.down
+        if whole:
+            return f"rabbit {self.name} is {whole}"
+        link = self.links.get(compute)
+        if link is not None and link != READY:
+            return f"rabbit {self.name} link to {compute} is {link}"
+        return None
+
+
+def _text(value: Any, limit: int = MAX_NAME) -> str | None:
+    if not isinstance(value, str) or not value or "\0" in value:
+        return None
+    return value[:limit]
+
+
+def _status(value: Any) -> str:
+    return value if isinstance(value, str) and value in STATUSES else "Unknown"
+
+
+def rabbit_from_storage(obj: Any) -> Rabbit | None:
+    """A Storage resource -> Rabbit; None when it has no usable name."""
+    if not isinstance(obj, Mapping):
+        return None
+    meta = obj.get("metadata")
+    name = _text(meta.get("name")) if isinstance(meta, Mapping) else None
+    if name is None:
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    links: dict[str, str] = {}
+    access = status.get("access")
+    computes = access.get("computes") if isinstance(access, Mapping) else None
+    for entry in computes if isinstance(computes, list) else ():
+        if isinstance(entry, Mapping):
+            compute = _text(entry.get("name"))
+            if compute is not None:
+                links[compute] = _status(entry.get("status"))
+    return Rabbit(
+        name=name,
+        status=_status(status.get("status")),
+        enabled=spec.get("state") != "Disabled",
+        links=links,
+    )
+
+
+def is_ours(reason: str | None) -> bool:
+    return isinstance(reason, str) and reason.startswith(DRAIN_TAG)
+
+
+def rabbit_reason(why: str) -> str:
+    """The drain reason for a node whose rabbit or link is down (``why`` names the rabbit)."""
+    return (DRAIN_TAG + why)[:MAX_REASON]
+
+
+def job_reason(jobid: int | str, why: str) -> str:
+    """The drain reason for a node that failed job ``jobid`` (``why``: workflow and cause)."""
+    return f"{JOB_DRAIN}{jobid}: {why}"[:MAX_REASON]
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """What to change in Flux: drain each host with its reason; undrain the others."""
+
+    drain: Mapping[str, str] = field(default_factory=FrozenMap)
+    undrain: tuple[str, ...] = ()
+    down_rabbits: Mapping[str, str] = field(default_factory=FrozenMap)  # rabbit -> why
+
+    @property
+    def empty(self) -> bool:
+        return not self.drain and not self.undrain
+
+
+def wanted_drains(
+    rabbits: Iterable[Rabbit], served: Mapping[str, str], hosts: Iterable[str]
+) -> dict[str, str]:
+    """host -> reason for every Flux host whose rabbit or link to it is down.
+
+    ``served`` maps compute -> rabbit (SystemConfiguration); a rabbit's Storage may also list
+    links to computes the configuration does not, and those count too.
+    """
+    by_name = {r.name: r for r in rabbits}
+    wanted: dict[str, str] = {}
+    for host in sorted(set(hosts)):
+        names = {served[host]} if host in served else set()
+        names |= {r.name for r in by_name.values() if host in r.links}
+        for name in sorted(names):
+            rabbit = by_name.get(name)
+            why = rabbit.link_down(host) if rabbit else None
+            if why:
+                wanted[host] = rabbit_reason(why)
+                break
+    return wanted
+
+
+def plan_drains(
+    rabbits: Sequence[Rabbit],
+    served: Mapping[str, str],
+    hosts: Iterable[str],
+    drained: Mapping[str, str],
+    *,
+    drain_nodes: bool = True,
+) -> DrainPlan:
+    """Compare the drains flux-dws wants with Flux's drained hosts (host -> reason).
+
+    - A host drained by anyone else is left as it is (never overwritten, never undrained).
+    - A host flux-dws drained for a rabbit that is fine again is undrained; with
+      ``drain_nodes`` off every such rabbit drain is undone.
+    - A host flux-dws drained for one rabbit problem that is now another gets the new reason.
+    - Job drains (``JOB_DRAIN``) are never undone here.
+    """
+    wanted = wanted_drains(rabbits, served, hosts) if drain_nodes else {}
+    drain: dict[str, str] = {}
+    for host, reason in wanted.items():
+        current = drained.get(host)
+        if current is None or (current.startswith(RABBIT_DRAIN) and current != reason):
+            drain[host] = reason
+    undrain = tuple(
+        sorted(
+            host
+            for host, reason in drained.items()
+            if isinstance(reason, str) and reason.startswith(RABBIT_DRAIN) and host not in wanted
+        )
+    )
+    down = {r.name: r.down for r in rabbits if r.down}
+    return DrainPlan(drain=drain, undrain=undrain, down_rabbits=down)  # type: ignore[arg-type]
+
+
+# ---- SystemStatus ------------------------------------------------------------------------
+
+ENABLED = "Enabled"
+DISABLED = "Disabled"
+
+
+def node_states(
+    hosts: Iterable[str], drained: Iterable[str], offline: Iterable[str]
+) -> dict[str, str]:
+    """Flux's view of each compute node for DWS: Enabled when up and not drained."""
+    down = set(drained) | set(offline)
+    return {h: DISABLED if h in down else ENABLED for h in hosts}
+
+
+def system_status_patch(current: Any, wanted: Mapping[str, str]) -> dict[str, Any] | None:
+    """The merge patch of ``data.nodes`` that changes only what differs, or None.
+
+    ``current`` is the SystemStatus object as read (None when there is none yet); nodes the
+    object lists that Flux does not know are left alone (another instance may own them).
+    """
+    data = current.get("data") if isinstance(current, Mapping) else None
+    nodes = data.get("nodes") if isinstance(data, Mapping) else None
+    nodes = nodes if isinstance(nodes, Mapping) else {}
+    changes = {h: s for h, s in sorted(wanted.items()) if nodes.get(h) != s}
+    return {"data": {"nodes": changes}} if changes else None
+
+
+# ---- failure tolerance -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Failures:
+    """Which of a job's compute nodes failed in ``state``, and why (from Servers/ClientMount)."""
+
+    state: str  # Setup or PreRun
+    nodes: tuple[str, ...] = ()
+    causes: Mapping[str, str] = field(default_factory=FrozenMap)  # node -> cause
+    lustre: bool = False  # a Lustre file system failed to be created: never tolerated
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(sorted(set(self.nodes))))
+        object.__setattr__(self, "causes", FrozenMap(dict(self.causes)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "nodes": list(self.nodes),
+            "causes": dict(self.causes),
+            "lustre": self.lustre,
+        }
+
+
+def tolerate(failures: Failures, tolerance: int, hosts: Sequence[str]) -> str | None:
+    """None when the job may go on without ``failures.nodes``; otherwise why not (a note)."""
+    nodes = ", ".join(failures.nodes) or "none identified"
+    if failures.lustre:
+        return (
+            f"a Lustre file system failed to be created, which is never tolerated; nodes: {nodes}"
+        )
+    if not failures.nodes:
+        return "no failed node could be identified"
+    if len(failures.nodes) > tolerance:
+        return (
+            f"failed on {len(failures.nodes)} node(s), more than "
+            f"dw_failure_tolerance={tolerance}: {nodes}"
+        )
+    if not set(hosts) - set(failures.nodes):
+        return f"failed on every node of the job: {nodes}"
+    return None
+
+
+def setup_failures(
+    servers: Iterable[Any], served: Mapping[str, str], hosts: Sequence[str]
+) -> Failures:
+    """Setup: the job's nodes whose rabbit did not create its part of the storage.
+
+    A rabbit failed when its Servers ``status.allocationSets[].storage`` entry is missing
+    or not ready, or when the driver error names it; ``lustre`` when a failed set is one of
+    Lustre's (mgt, mdt, mgtmdt, ost).
+    """
+    failed: dict[str, str] = {}
+    lustre = False
+    for obj in servers:
+        if not isinstance(obj, Mapping):
+            continue
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        made = _created(status)
+        error = _text(status.get("error"), 300) or ""
+        for aset in spec.get("allocationSets") or []:
+            if not isinstance(aset, Mapping):
+                continue
+            label = aset.get("label")
+            for entry in aset.get("storage") or []:
+                rabbit = _text(entry.get("name")) if isinstance(entry, Mapping) else None
+                if rabbit is None or (label, rabbit) in made:
+                    continue
+                if made and rabbit not in error:
+                    continue  # others made theirs, this one may still be on its way
+                failed[rabbit] = error or f"no {label} storage on {rabbit}"
+                if label in ("mgt", "mdt", "mgtmdt", "ost"):
+                    lustre = True
+    nodes = [h for h in hosts if served.get(h) in failed]
+    causes = {h: f"rabbit {served[h]}: {failed[served[h]]}" for h in nodes}
+    return Failures("Setup", tuple(nodes), causes, lustre)
+
+
+def _created(status: Mapping[str, Any]) -> set[tuple[Any, str]]:
+    made: set[tuple[Any, str]] = set()
+    for aset in status.get("allocationSets") or []:
+        if not isinstance(aset, Mapping):
+            continue
+        storage = aset.get("storage")
+        for rabbit, info in storage.items() if isinstance(storage, Mapping) else ():
+            ready = info.get("ready", True) if isinstance(info, Mapping) else False
+            if isinstance(rabbit, str) and ready is not False:
+                made.add((aset.get("label"), rabbit))
+    return made
+
+
+def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failures:
+    """PreRun: the job's nodes whose ClientMount is not mounted and ready (or has an error)."""
+    causes: dict[str, str] = {}
+    seen: set[str] = set()
+    for obj in clientmounts:
+        if not isinstance(obj, Mapping):
+            continue
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        node = _text(spec.get("node"))
+        if node is None or node not in hosts:
+            continue
+        seen.add(node)
+        error = status.get("error")
+        mounts = status.get("mounts") if isinstance(status.get("mounts"), list) else []
+        ok = bool(mounts) and all(
+            isinstance(m, Mapping) and m.get("state") == "mounted" and m.get("ready") is True
+            for m in mounts
+        )
+        if error or not ok:
+            detail = error.get("userMessage") if isinstance(error, Mapping) else error
+            causes[node] = f"mount failed: {_text(detail, 200) or 'not mounted'}"
+    return Failures("PreRun", tuple(causes), causes)
+
+
+def hostlist(hosts: Iterable[str]) -> str:
+    """Hosts as a comma-separated list (what resource.drain takes as targets)."""
+    return ",".join(sorted(set(hosts)))

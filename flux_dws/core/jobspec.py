@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""A #DW job's resources rewritten for Fluxion: every node with its share of rabbit SSD.
+
+Pure functions.  Once Proposal is ready, nnf-sos has said in the DirectiveBreakdowns what the
+job's storage needs (:class:`flux_dws.core.storage.AllocationNeed`).  With rabbits in the resource
+graph (:mod:`flux_dws.core.rabbits`), the dependency release replaces the job's top-level ``node``
+request by ``slot[rabbit] x N -> (node x 1, ssd x G)``: Fluxion then gives each node G GiB of
+SSD from a pool under the same rabbit.  Per-compute file systems (xfs, gfs2, raw) count in full
+on every node; Lustre targets are spread over the job's nodes.  The site's limits
+(``[dws.storage.<type>]``) bound what one node may ask for and round each allocation up.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flux_dws.core.directives import Directive, parse_size
+from flux_dws.core.rabbits import GIB, SSD_TYPE
+from flux_dws.core.storage import (
+    JOBSPEC_STORAGE_KEY,
+    PER_COMPUTE,
+    AllocationNeed,
+    StorageError,
+    jobspec_storage,
+)
+
+#: File-system types a site may bound, and the allocation-set labels that count as each.
+FS_TYPES = ("xfs", "gfs2", "raw", "lustre")
+LUSTRE_LABELS = frozenset({"ost", "mdt", "mgt", "mgtmdt"})
+#: The label of the slot that pairs a node with its SSD share.
+RABBIT_SLOT = "rabbit"
+
+
+@dataclass(frozen=True)
+class StorageLimit:
+    """A site's bounds for one file-system type, in bytes."""
+
+    max_per_node: int | None = None  # None: no maximum
+    min_allocation: int = 0
+
+
+NO_LIMIT = StorageLimit()
+
+
+def fs_type(label: str) -> str:
+    """The file-system type an allocation-set label belongs to."""
+    return "lustre" if label in LUSTRE_LABELS else label
+
+
+def _gib(size: int) -> int:
+    return math.ceil(size / GIB)
+
+
+def _show(size: int) -> str:
+    return f"{_gib(size)} GiB" if size % GIB == 0 or size > GIB else f"{size} bytes"
+
+
+def check_per_node(per_node: Mapping[str, int], limits: Mapping[str, StorageLimit]) -> None:
+    """StorageError naming the type, the amount and the maximum for the first type over it."""
+    for fs in FS_TYPES:
+        asked = per_node.get(fs, 0)
+        limit = limits.get(fs, NO_LIMIT).max_per_node
+        if limit is not None and asked > limit:
+            raise StorageError(
+                f"{fs} storage of {_show(asked)} per node is over the site maximum of "
+                f"{_show(limit)} per node"
+            )
+
+
+def bytes_per_node(
+    needs: Sequence[AllocationNeed], nnodes: int, limits: Mapping[str, StorageLimit]
+) -> dict[str, int]:
+    """File-system type -> bytes each of the job's ``nnodes`` nodes needs.
+
+    Each allocation is first raised to its type's minimum allocation; per-compute sets count in
+    full per node, every other set (Lustre) is shared out over the nodes, rounded up.
+    """
+    if nnodes < 1:
+        raise StorageError("the job asks for no nodes to place storage near")
+    per_node: dict[str, int] = {}
+    for need in needs:
+        fs = fs_type(need.label)
+        size = max(need.capacity, limits.get(fs, NO_LIMIT).min_allocation)
+        share = size if need.strategy == PER_COMPUTE else math.ceil(size / nnodes)
+        per_node[fs] = per_node.get(fs, 0) + share
+    return per_node
+
+
+def directive_bytes_per_node(
+    directives: Sequence[Directive], nnodes: int | None, limits: Mapping[str, StorageLimit]
+) -> dict[str, int]:
+    """What the job's ``jobdw`` directives alone say each node needs, before DWS is asked.
+
+    Per-compute types count in full per node; Lustre capacity is shared out over the nodes,
+    so it is left out when the node count is not known at submit.
+    """
+    per_node: dict[str, int] = {}
+    for directive in directives:
+        fs, capacity = directive.args.get("type"), directive.args.get("capacity")
+        if directive.command != "jobdw" or fs not in FS_TYPES or capacity is None:
+            continue
+        size = max(parse_size(capacity), limits.get(fs, NO_LIMIT).min_allocation)
+        if fs == "lustre":
+            if not nnodes:
+                continue
+            size = math.ceil(size / nnodes)
+        per_node[fs] = per_node.get(fs, 0) + size
+    return per_node
+
+
+def _count(entry: Any) -> int | None:
+    count = entry.get("count") if isinstance(entry, Mapping) else None
+    return None if isinstance(count, bool) or not isinstance(count, int) or count < 1 else count
+
+
+def _grouped_nodes(top: Mapping[str, Any]) -> int | None:
+    """Nodes in one ``slot`` or ``chassis`` of a jobspec (its ``node`` child's count)."""
+    nodes = [c for c in top.get("with") or [] if isinstance(c, Mapping) and c.get("type") == "node"]
+    return _count(nodes[0]) if len(nodes) == 1 else None
+
+
+def node_count(resources: Any) -> int | None:
+    """The nodes a jobspec's resources ask for, when it says (a top-level ``node`` request
+    such as ``-N``, or a ``slot`` or ``chassis`` of nodes); None when it does not."""
+    if not isinstance(resources, list) or len(resources) != 1:
+        return None
+    top = resources[0]
+    count = _count(top)
+    if count is None:
+        return None
+    if top.get("type") == "node":
+        return count
+    if top.get("type") in ("slot", "chassis"):
+        per = _grouped_nodes(top)
+        return None if per is None else count * per
+    return None
+
+
+def has_ssd(resources: Any) -> bool:
+    """Were the resources rewritten already (an ``ssd`` request under the top level)?"""
+    if not isinstance(resources, list):
+        return False
+    for top in resources:
+        for child in (top.get("with") or []) if isinstance(top, Mapping) else []:
+            if isinstance(child, Mapping) and child.get("type") == SSD_TYPE:
+                return True
+    return False
+
+
+def rabbit_resources(
+    resources: Any, needs: Sequence[AllocationNeed], limits: Mapping[str, StorageLimit]
+) -> list[dict[str, Any]] | None:
+    """The job's resources with SSD per node, or None when there is nothing to change.
+
+    A top-level ``node x N`` becomes ``slot[rabbit] x N -> (node x 1, ssd x G)``; a ``slot`` or
+    ``chassis`` of k nodes gets ``ssd x k*G`` beside its nodes, so they and their SSD come from
+    one rabbit.  None when the job needs no rabbit storage, or when the resources carry ``ssd``
+    already (a release repeated after a restart must not rewrite them twice).  StorageError, in
+    one line, when the request names no node count or is over a site limit.
+    """
+    if has_ssd(resources) or not needs:
+        return None
+    nnodes = node_count(resources)
+    if nnodes is None:
+        raise StorageError(
+            "a job with rabbit storage must ask for whole nodes (flux run -N), so that each "
+            "node gets its share of SSD"
+        )
+    per_node = bytes_per_node(needs, nnodes, limits)
+    check_per_node(per_node, limits)
+    gib = sum(_gib(size) for size in per_node.values())
+    if gib < 1:  # breakdowns asking for nothing: nothing to place
+        return None
+    top = copy.deepcopy(dict(resources[0]))
+    if top["type"] != "node":
+        per = _grouped_nodes(top) or 1
+        top["with"] = [*top["with"], {"type": SSD_TYPE, "count": gib * per, "exclusive": True}]
+        return [top]
+    top["count"] = 1
+    return [
+        {
+            "type": "slot",
+            "count": nnodes,
+            "label": RABBIT_SLOT,
+            "with": [top, {"type": SSD_TYPE, "count": gib, "exclusive": True}],
+        }
+    ]
+
+
+def release_update(
+    resources: Any,
+    needs: Sequence[AllocationNeed],
+    limits: Mapping[str, StorageLimit],
+    rabbit_scheduling: bool,
+) -> dict[str, Any]:
+    """The jobspec update that comes with the job's dependency release.
+
+    Always the summary (``attributes.system.dw_storage``); with rabbits in Fluxion's graph,
+    the rewritten resources too.  StorageError when the needs break a site limit: the job
+    fails at Proposal with the words the validator uses at submit.
+    """
+    update: dict[str, Any] = {JOBSPEC_STORAGE_KEY: jobspec_storage(needs)}
+    if rabbit_scheduling:
+        rewritten = rabbit_resources(resources, needs, limits)
+        if rewritten is not None:
+            update["resources"] = rewritten
+    elif limits:
+        check_per_node(bytes_per_node(needs, node_count(resources) or 1, limits), limits)
+    return update
+
+
+def min_allocations(limits: Mapping[str, StorageLimit]) -> dict[str, int]:
+    """Allocation-set label -> the site's minimum allocation size, for the Servers plan."""
+    labels = ("raw", "xfs", "gfs2", *sorted(LUSTRE_LABELS))
+    return {label: limits.get(fs_type(label), NO_LIMIT).min_allocation for label in labels}
+
+
+__all__ = [
+    "min_allocations",
+    "release_update",
+    "FS_TYPES",
+    "NO_LIMIT",
+    "RABBIT_SLOT",
+    "StorageLimit",
+    "bytes_per_node",
+    "check_per_node",
+    "directive_bytes_per_node",
+    "fs_type",
+    "has_ssd",
+    "node_count",
+    "rabbit_resources",
+]

@@ -1,0 +1,684 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""The lifecycle core: what to do next for one #DW job, as a pure function.
+
+    decide(job, workflow, policy, now) -> list[Action]
+
+Level-triggered: the answer depends only on what is observable now (the job as Flux and the
+job's own eventlog show it, the workflow as Kubernetes shows it), never on remembering that an
+earlier callback ran.  After a crash the same observations give the same next step, and every
+action is idempotent, so restart safety comes from the design rather than special cases.
+
+What flux-dws must remember across restarts it writes on the job as events (``dws-workflow``,
+``dws-state`` with the absolute deadline, ``dws-transient``, ``dws-container``,
+``dws-proposal``, ``dws-datamovement``) and reads back into the JobView; the workflow itself
+lives in Kubernetes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Union
+
+from flux_dws.base.fsd import format_fsd
+from flux_dws.core.copies import pending_copies
+from flux_dws.core.health import Failures, job_reason, tolerate
+from flux_dws.core.identity import FINALIZER
+from flux_dws.core.jobenv import env_problem, token_problem, token_required, token_secret_for
+from flux_dws.core.jobspec import release_update
+from flux_dws.core.policy import Policy
+from flux_dws.core.request import DwRequest
+from flux_dws.core.states import State
+from flux_dws.core.storage import AllocationNeed, StorageError, jobspec_storage
+from flux_dws.core.workflow import ContainerState, WorkflowView
+
+#: Exception type flux-dws raises on jobs.
+EXCEPTION_TYPE = "dws"
+#: Fatal exception types that end a job's workflow at once, even after the job has run.
+#: Any other fatal exception after the job started (e.g. its time limit) still lets the
+#: workflow finish PostRun and DataOut, so the job's data is copied out.
+ABORT_TYPES = frozenset({"cancel", EXCEPTION_TYPE})
+
+
+class JobPhase(str, Enum):
+    """Where the jobtap plugin holds the job (or that nothing holds it any more)."""
+
+    DEPEND = "depend"  # held in DEPEND until Proposal is ready and the needs are in the jobspec
+    SCHED = "sched"  # dependency released; waiting for resources
+    PROLOG = "prolog"  # allocated; prolog held until PreRun is ready
+    RUN = "run"  # prolog finished: tasks starting or started (once finished, not yet released)
+    EPILOG = "epilog"  # released or never started; epilog held until the workflow is gone
+    GONE = "gone"  # inactive or unknown: nothing holds it (an orphan's workflow)
+
+
+@dataclass(frozen=True)
+class JobException:
+    """The first fatal exception seen on the job."""
+
+    type: str
+    severity: int = 0
+    note: str = ""
+
+    @property
+    def aborts(self) -> bool:
+        return self.severity == 0 and self.type in ABORT_TYPES
+
+
+@dataclass(frozen=True)
+class ProposalInfo:
+    """What flux-dws reads once Proposal is ready (breakdowns, pinned container profile)."""
+
+    needs: tuple[AllocationNeed, ...] = ()
+    container_timeouts: Mapping[str, float] = field(default_factory=dict)  # prerun/postrun
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "storage": jobspec_storage(self.needs),
+            "needs": [n.to_json() for n in self.needs],
+            "container_timeouts": {k: format_fsd(v) for k, v in self.container_timeouts.items()},
+        }
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What Flux says about the job, and what flux-dws recorded on it earlier."""
+
+    jobid: int
+    phase: JobPhase
+    userid: int
+    groupid: int
+    request: DwRequest | None = None
+    request_error: str = ""  # why system.dw / dw_timeout were refused, when they were
+    hosts: tuple[str, ...] = ()  # compute nodes, once allocated
+    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) Fluxion allocated, if it did
+    resources: Any = None  # the jobspec's resources (updates included)
+    started: bool = False  # the job's tasks were started
+    exception: JobException | None = None  # first fatal exception, from anyone
+    # recorded by flux-dws as job events (so they survive a restart of the service):
+    workflow_created: bool = False  # dws-workflow
+    proposal_recorded: bool = False  # dws-proposal
+    posted_state: State | None = None  # dws-state: the desiredState last recorded
+    deadline: float | None = None  # dws-state: absolute deadline for posted_state
+    teardown_reason: str = ""  # dws-state Teardown: why flux-dws aborted the workflow
+    transient: tuple[State, float] | None = None  # dws-transient: (state, since)
+    container_recorded: ContainerState | None = None  # dws-container
+    tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
+    teardown_failed: bool = False  # dws-teardown-failed
+    copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
+    # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
+    proposal: ProposalInfo | None = None
+    # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
+    failures: Failures | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.phase is not JobPhase.GONE
+
+
+# ----------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class CreateWorkflow:
+    """Create the job's workflow in Proposal (idempotent: an existing one of ours is kept)."""
+
+    directives: tuple[str, ...]
+    userid: int
+    groupid: int
+
+
+@dataclass(frozen=True)
+class SetDesiredState:
+    """Ask DWS for ``state``; for Setup, first tell DWS where the job runs (``assign``).
+
+    ``assign`` holds the job's compute nodes: they go into the workflow's Computes and each
+    rabbit's share of the storage into the Servers resources (on the rabbits Fluxion
+    allocated, when ``rabbits`` says; else as the SystemConfiguration maps the nodes), then
+    the state is asked for, in one go.  Computes is only read from DataIn on; writing it
+    with the Servers (as flux-coral2 does) makes Setup -> DataIn a single patch.
+    """
+
+    state: State
+    hurry: bool = False
+    assign: tuple[str, ...] = ()
+    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) from the job's R, if Fluxion
+
+
+@dataclass(frozen=True)
+class ReadProposal:
+    """Read the DirectiveBreakdowns and the pinned container profile into JobView.proposal."""
+
+
+@dataclass(frozen=True)
+class ReleaseDependency:
+    """Put the storage needs into the jobspec and remove the job's dependency."""
+
+    jobspec_update: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class FinishProlog:
+    """End the prolog hold: with the workflow's environment, or failed (the job never runs)."""
+
+    success: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+    token_secret: tuple[str, str] | None = None  # (namespace, name) -> DW_WORKFLOW_TOKEN
+    token_required: bool = False  # copy-offload: no token, no start
+
+
+@dataclass(frozen=True)
+class FinishEpilog:
+    """End the epilog hold: the workflow is gone, nothing more to wait for."""
+
+
+@dataclass(frozen=True)
+class RaiseException:
+    note: str
+    severity: int = 0
+    type: str = EXCEPTION_TYPE
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """Record something on the job's eventlog (for users, and for the next decide())."""
+
+    name: str
+    context: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordCopies:
+    """Read the workflow's NnfDataMovements and post one ``dws-datamovement`` per copy
+    directive of ``state`` in ``indices`` (in order); a failed copy fails the job with a note
+    naming the directive and its first error (the next decision sees that exception)."""
+
+    state: State
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SaveOutput:
+    """Save the containers' exit codes and log tails in the job's KVS, then post
+    ``dws-container`` (``event`` plus each container's exit code and reason).  Decided before
+    anything that could remove the pods (Teardown), and only while dws-container is not on the
+    job, so a restart in between saves the same output again, never twice over."""
+
+    event: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteWorkflow:
+    """Remove our finalizer and delete the workflow (its companions go with it)."""
+
+
+@dataclass(frozen=True)
+class ReadFailures:
+    """Find which compute nodes failed ``state`` (Servers in Setup, ClientMounts in PreRun)
+    into JobView.failures."""
+
+    state: State
+
+
+@dataclass(frozen=True)
+class DrainNodes:
+    """Drain ``hosts`` in Flux with ``reason`` (a job's failed or stuck nodes)."""
+
+    hosts: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ForceReady:
+    """Write Computes without the failed nodes, then set spec.forceReady on the workflow."""
+
+    computes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WakeAt:
+    """Call decide() again at this time even if nothing else happens (a deadline)."""
+
+    time: float
+
+
+Action = Union[
+    CreateWorkflow,
+    SetDesiredState,
+    ReadProposal,
+    ReleaseDependency,
+    FinishProlog,
+    FinishEpilog,
+    RaiseException,
+    PostEvent,
+    RecordCopies,
+    SaveOutput,
+    DeleteWorkflow,
+    ReadFailures,
+    DrainNodes,
+    ForceReady,
+    WakeAt,
+]
+
+# Which desiredStates are consistent with each job phase (a job that has run: EPILOG).
+_EXPECTED: Mapping[JobPhase, frozenset[State]] = {
+    JobPhase.DEPEND: frozenset({State.PROPOSAL}),
+    JobPhase.SCHED: frozenset({State.PROPOSAL}),
+    JobPhase.PROLOG: frozenset({State.PROPOSAL, State.SETUP, State.DATAIN, State.PRERUN}),
+    JobPhase.RUN: frozenset({State.PRERUN}),
+    JobPhase.EPILOG: frozenset({State.PRERUN, State.POSTRUN, State.DATAOUT}),
+}
+
+
+# ----------------------------------------------------------------------------- decide
+
+
+def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: float) -> list[Action]:
+    """The next actions for ``job``, given its workflow (None when there is none)."""
+    if not job.active:
+        return _sweep_orphan(workflow, policy, now)
+    if workflow is None or _released(workflow):
+        return _without_workflow(job, workflow)
+    actions: list[Action] = []
+    actions += _record(job, workflow, policy, now)
+    copies = _unrecorded_copies(job, workflow)
+    if copies is not None:  # before anything moves on (or tears down) past the copies
+        return [*actions, copies]
+    if workflow.desired_state is State.TEARDOWN:
+        ending = _teardown(job, workflow, policy, now)
+        if any(isinstance(a, DeleteWorkflow) for a in ending):
+            return actions + ending
+        actions += ending
+    elif _aborted(job):
+        return actions + _abort(job, None, policy, now)
+    else:
+        tolerance = _tolerance(job, workflow, policy, now)
+        if tolerance is not None:
+            return actions + tolerance
+        problem = _failure(job, workflow, policy, now)
+        if problem:
+            return actions + _abort(job, problem, policy, now)
+        actions += _advance(job, workflow, policy, now)
+    wake = _next_wake(job, workflow, policy, now)
+    if wake is not None:
+        actions.append(WakeAt(wake))
+    return actions
+
+
+def _unrecorded_copies(job: JobView, wf: WorkflowView) -> RecordCopies | None:
+    """DataIn or DataOut is over (complete or failed) and some of its copies are not on the
+    job yet.  A user's cancel while data still moves records nothing: it did not end."""
+    state = wf.desired_state
+    if not (wf.complete or wf.failed) or state not in (State.DATAIN, State.DATAOUT):
+        return None
+    pending = pending_copies(wf.directives, state, job.copies_recorded)
+    return RecordCopies(state, pending) if pending else None
+
+
+def _released(wf: WorkflowView) -> bool:
+    """Deleted as far as flux-dws is concerned: going away and no longer held by us."""
+    return wf.deleting and FINALIZER not in wf.finalizers
+
+
+def _fatal(job: JobView) -> bool:
+    return job.exception is not None and job.exception.severity == 0
+
+
+def _aborted(job: JobView) -> bool:
+    """The job's workflow must go straight to Teardown, skipping what is left."""
+    if _fatal(job):
+        assert job.exception is not None
+        return job.exception.aborts or not job.started
+    return job.phase is JobPhase.EPILOG and not job.started
+
+
+def _timeout(job: JobView, key: str, policy: Policy) -> float:
+    if job.request is not None:
+        return job.request.timeouts[key]
+    return policy.timeout(key).default
+
+
+def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str | None:
+    """Why the workflow cannot go on (a user-facing note), or None."""
+    state = wf.desired_state
+    if job.phase is not JobPhase.GONE and state not in _EXPECTED[job.phase]:
+        return f"workflow {wf.name} is in {state.value} while the job is in {job.phase.value}"
+    if wf.failed:
+        if wf.container.state.is_failure:
+            return f"{state.value} failed: {wf.container.reason}"
+        return f"{state.value} failed: {wf.user_message or 'workflow status is Error'}"
+    if wf.transient and job.transient and job.transient[0] is state:
+        grace = _timeout(job, "transient", policy)
+        if now >= job.transient[1] + grace:
+            return (
+                f"{state.value} in TransientCondition for more than {format_fsd(grace)}: "
+                f"{wf.user_message or 'no message'}"
+            )
+    if (
+        not wf.complete
+        and job.posted_state is state
+        and job.deadline is not None
+        and now >= job.deadline
+    ):
+        note = (
+            f"{state.value} did not complete within {format_fsd(_timeout(job, state.key, policy))}"
+        )
+        return f"{note}: {wf.user_message}" if wf.user_message else note
+    return None
+
+
+def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
+    """Send the workflow to Teardown (recording why), then fail or cancel the job (once) and
+    let go of the prolog.  Teardown is asked first: should Flux refuse the exception or an
+    event, the nodes and storage are still given back, and the reason recorded with
+    Teardown is raised when the exception is tried again."""
+    if job.phase is JobPhase.PROLOG:
+        actions = _fail_prolog(job, problem)
+    else:
+        actions = _fail(job, problem)
+    ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
+    if record and problem and isinstance(record[0], PostEvent):  # kept for a retried raise
+        record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem})
+    return [ask, *record, *actions]
+
+
+def _enter(
+    job: JobView,
+    state: State,
+    policy: Policy,
+    now: float,
+    hurry: bool = False,
+    assign: tuple[str, ...] = (),
+    rabbits: tuple[tuple[str, str], ...] = (),
+) -> list[Action]:
+    """Ask for ``state``, then record on the job that we did (with its deadline).
+
+    The patch goes first so the job's eventlog stays off the critical path: the patch only
+    needs handing to a worker, and the event follows in the same turn of the loop, so the
+    next decision (once DWS reports the state ready) already sees it.  A restart between the
+    two records the state from the workflow's own desiredStateChange (``_record``).
+    Asking again while an earlier request is still on its way is harmless (DWS admits staying
+    in a state); recording it again would not be, so a state already recorded is not.
+    """
+    ask = SetDesiredState(state, hurry=hurry, assign=assign, rabbits=rabbits)
+    return [ask] if job.posted_state is state else [ask, _state_event(job, state, policy, now)]
+
+
+def _state_event(job: JobView, state: State, policy: Policy, since: float) -> PostEvent:
+    timeout = _timeout(job, state.key, policy)
+    deadline = None if math.isinf(timeout) else since + timeout
+    context = {"state": state.value, "timeout": format_fsd(timeout), "deadline": deadline}
+    return PostEvent("dws-state", context)
+
+
+def _fail(job: JobView, note: str | None) -> list[Action]:
+    """Raise ``note`` as the job's exception, unless there is none or the job already has one."""
+    return [RaiseException(note)] if note and not _fatal(job) else []
+
+
+def _fail_prolog(job: JobView, note: str | None = None) -> list[Action]:
+    """End the prolog hold so the job never starts; a failed prolog always has an exception."""
+    note = note or "the job's workflow ended before the job could start"
+    return [*_fail(job, note), FinishProlog(success=False)]
+
+
+def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """The next step of a healthy workflow, once its current state is complete."""
+    if not wf.complete:
+        return []
+    state, phase = wf.desired_state, job.phase
+    if state is State.PROPOSAL:
+        if job.proposal is None:
+            return [ReadProposal()]
+        if phase is JobPhase.DEPEND:
+            return _release_dependency(job, policy)
+        if phase is JobPhase.PROLOG:
+            return _enter(job, State.SETUP, policy, now, assign=job.hosts, rabbits=job.rabbits)
+        return []
+    if phase is JobPhase.PROLOG:
+        if state is State.SETUP:
+            return _enter(job, State.DATAIN, policy, now)
+        if state is State.DATAIN:
+            return _enter(job, State.PRERUN, policy, now)
+        return _start(job, wf, policy, now)
+    if phase is JobPhase.EPILOG:
+        following = state.next()
+        assert following is not None  # EPILOG only expects PreRun..DataOut here
+        return _enter(job, following, policy, now)
+    return []
+
+
+def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """PreRun is ready: start the job with the workflow's environment (and token), or fail
+    it, naming the variable, when the environment could not be given to it."""
+    needs_token = token_required(wf.requires, wf.directives)
+    problem = env_problem(wf.env) or token_problem(
+        wf.token_secret, wf.name, wf.namespace, needs_token
+    )
+    if problem:
+        return _abort(job, f"{State.PRERUN.value}: {problem}", policy, now)
+    secret = token_secret_for(wf.name, wf.namespace) if wf.token_secret else None
+    return [FinishProlog(True, wf.env, secret, token_required=needs_token)]
+
+
+def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
+    """Release the dependency with the storage needs (and, with rabbits in Fluxion's graph,
+    the rewritten resources) in the jobspec; a need over a site limit fails the job."""
+    assert job.proposal is not None
+    try:
+        update = release_update(
+            job.resources, job.proposal.needs, policy.storage_limits, policy.rabbit_scheduling
+        )
+    except StorageError as exc:
+        return _fail(job, f"cannot schedule the job's storage: {exc}")
+    return [ReleaseDependency(update)]
+
+
+def _torn_down(job: JobView) -> list[Action]:
+    """A job whose workflow was sent to Teardown before it ran must not be left waiting:
+    fail it with the reason recorded with Teardown (should the first raise have been refused,
+    the workflow's own message is gone by now), and let go of its prolog."""
+    reason = job.teardown_reason or None
+    if job.phase is JobPhase.PROLOG:
+        return _fail_prolog(job, reason)
+    if job.phase in (JobPhase.DEPEND, JobPhase.SCHED):
+        return _fail(job, reason or "the job's workflow was torn down before the job could run")
+    return []
+
+
+def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be.
+
+    Nodes of a job whose Teardown failed may hold a stuck mount: with ``[dws]
+    drain-on-teardown-failure`` they are drained, so the next job does not land on them.
+    """
+    actions = _torn_down(job)
+    if wf.complete:
+        return [*actions, DeleteWorkflow()]
+    stuck = _teardown_stuck(job, wf, now)
+    if stuck and job.teardown_failed:
+        actions.append(DeleteWorkflow())  # recorded (and drained) already
+    elif stuck:
+        drain = policy.drain_on_teardown_failure and bool(job.hosts)
+        context = {
+            "workflow": wf.name,
+            "reason": stuck,
+            "drained": list(job.hosts) if drain else [],
+        }
+        if drain:
+            why = f"workflow {wf.name} {stuck}"
+            actions.append(DrainNodes(job.hosts, job_reason(job.jobid, why)))
+        actions.append(PostEvent("dws-teardown-failed", context))
+        actions.append(DeleteWorkflow())
+    return actions
+
+
+_TOLERANT_STATES = (State.SETUP, State.PRERUN)
+
+
+def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action] | None:
+    """Setup or PreRun failed on some nodes: go on without them if the job allows it.
+
+    None when this does not apply (the ordinary failure path decides).  With
+    ``dw_failure_tolerance`` 0 the failed nodes are still found first, so the job's note
+    names them.  A TransientCondition counts as a failure only for a job that tolerates some.
+    """
+    state = wf.desired_state
+    allowed = job.request.failure_tolerance if job.request is not None else 0
+    if state not in _TOLERANT_STATES or job.phase is not JobPhase.PROLOG:
+        return None
+    if not (wf.failed or (wf.transient and allowed > 0)) or wf.container.state.is_failure:
+        return None  # nothing failed, or a container did (never a node's fault alone)
+    if job.failures is None or job.failures.state != state.value:
+        return [ReadFailures(state)]
+    failures = job.failures
+    fresh = tuple(n for n in failures.nodes if n not in job.tolerated)
+    everyone = tuple(sorted({*job.tolerated, *fresh}))
+    combined = Failures(failures.state, everyone, failures.causes, failures.lustre)
+    note = tolerate(combined, allowed, job.hosts)
+    if note is not None:
+        if not combined.nodes and not combined.lustre:
+            return None  # nothing to name or tolerate: the ordinary failure path decides
+        said = wf.user_message or (
+            "workflow status is Error" if wf.failed else "TransientCondition"
+        )
+        return _abort(job, f"{state.value} failed: {said} ({note})", policy, now)
+    keep = tuple(h for h in job.hosts if h not in everyone)
+    actions: list[Action] = []
+    if fresh:
+        causes = {n: failures.causes.get(n, "") for n in fresh}
+        why = "; ".join(f"{n}: {c}" for n, c in causes.items())
+        actions.append(
+            DrainNodes(fresh, job_reason(job.jobid, f"{state.value} failed on this node: {why}"))
+        )
+        context = {
+            "state": state.value,
+            "nodes": list(fresh),
+            "all": list(everyone),
+            "tolerance": allowed,
+            "causes": causes,
+        }
+        actions.append(PostEvent("dws-tolerated", context))
+        actions.append(
+            RaiseException(
+                f"{state.value} failed on {', '.join(fresh)} ({why}); going on without "
+                f"{'it' if len(fresh) == 1 else 'them'} (dw_failure_tolerance={allowed}, "
+                f"{len(everyone)} used)",
+                severity=1,
+            )
+        )
+    actions.append(ForceReady(keep))
+    return actions
+
+
+def _teardown_stuck(job: JobView, wf: WorkflowView, now: float) -> str | None:
+    if wf.failed:
+        return f"Teardown failed: {wf.user_message or 'workflow status is Error'}"
+    if job.posted_state is State.TEARDOWN and job.deadline is not None and now >= job.deadline:
+        return f"Teardown did not complete by its deadline: {wf.user_message or 'no message'}"
+    return None
+
+
+def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
+    """No workflow (never created, deleted by us, or vanished): create one or let go."""
+    if job.request_error or job.request is None:
+        return _release(job, f"invalid DWS request: {job.request_error or 'no #DW directives'}")
+    if not job.workflow_created:
+        if job.phase is JobPhase.DEPEND and job.exception is None:
+            return [CreateWorkflow(job.request.lines, job.userid, job.groupid)]
+        if job.phase in (JobPhase.DEPEND, JobPhase.EPILOG) or job.exception is not None:
+            return _release(job, None)
+        return _release(job, "no workflow was ever created for this job")
+    if job.posted_state is State.TEARDOWN or _fatal(job):
+        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
+    where = job.posted_state.value if job.posted_state else "Proposal"
+    name = wf.name if wf is not None else "the job's workflow"
+    return _release(job, f"{name} was deleted outside flux-dws while in {where}")
+
+
+def _release(job: JobView, note: str | None) -> list[Action]:
+    """Let go of every hold on the job, failing it first with ``note`` if given."""
+    if job.phase is JobPhase.PROLOG:
+        return _fail_prolog(job, note)
+    if job.phase is JobPhase.EPILOG:
+        return [*_fail(job, note), FinishEpilog()]
+    return _fail(job, note)
+
+
+def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
+    """Job events that make the job's story visible and the next decision restart-safe."""
+    events: list[Action] = []
+    if not job.workflow_created:
+        timeouts = job.request.describe_timeouts() if job.request else {}
+        tolerance = job.request.failure_tolerance if job.request else 0
+        context = {"name": wf.name, "namespace": wf.namespace, "timeouts": timeouts}
+        events.append(PostEvent("dws-workflow", {**context, "failure_tolerance": tolerance}))
+    if job.proposal is not None and not job.proposal_recorded:
+        events.append(PostEvent("dws-proposal", job.proposal.to_json()))
+    state = wf.desired_state
+    # created, or asked for before a restart; a state behind the recorded one only means our
+    # request for the later one is still on its way (DWS never goes back)
+    if job.posted_state is None or state.index > job.posted_state.index:
+        since = wf.desired_state_change if wf.settled and wf.desired_state_change else now
+        events.append(_state_event(job, state, policy, since))
+    if wf.transient and (job.transient is None or job.transient[0] is not state):
+        events.append(
+            PostEvent(
+                "dws-transient",
+                {"state": state.value, "since": now, "message": wf.user_message},
+            )
+        )
+    elif not wf.transient and job.transient is not None:
+        events.append(PostEvent("dws-transient", {"state": state.value, "since": None}))
+    outcome = wf.container
+    if outcome.state in _TERMINAL_CONTAINER and job.container_recorded is not outcome.state:
+        events.append(
+            SaveOutput(
+                {
+                    "state": outcome.state.value,
+                    "phase": outcome.phase.value if outcome.phase else None,
+                    "reason": outcome.reason,
+                    "detail": outcome.detail,
+                }
+            )
+        )
+    return events
+
+
+_TERMINAL_CONTAINER = frozenset(
+    {
+        ContainerState.EXITED,
+        ContainerState.START_FAILED,
+        ContainerState.FAILED,
+        ContainerState.TIMED_OUT,
+    }
+)
+
+
+def _next_wake(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> float | None:
+    """The earliest future time at which a deadline or grace period runs out."""
+    times = []
+    if not wf.complete and job.posted_state is wf.desired_state and job.deadline is not None:
+        times.append(job.deadline)
+    if wf.transient and job.transient and job.transient[0] is wf.desired_state:
+        times.append(job.transient[1] + _timeout(job, "transient", policy))
+    future = [t for t in times if t > now]
+    return min(future) if future else None
+
+
+def _sweep_orphan(wf: WorkflowView | None, policy: Policy, now: float) -> list[Action]:
+    """A workflow of ours whose job is gone: Teardown, then delete."""
+    if wf is None or _released(wf):
+        return []
+    if wf.desired_state is not State.TEARDOWN:
+        return [SetDesiredState(State.TEARDOWN, hurry=True)]
+    if wf.complete or wf.failed:
+        return [DeleteWorkflow()]
+    limit = policy.timeout("teardown").default
+    since = wf.desired_state_change
+    if since is not None and not math.isinf(limit):
+        if now >= since + limit:
+            return [DeleteWorkflow()]
+        return [WakeAt(since + limit)]
+    return []

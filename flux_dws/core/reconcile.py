@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""Start-up reconciliation and the orphan sweep, as pure functions.
+
+A restarted service rebuilds its whole work list from two observations: the jobs the jobtap
+plugin holds (one snapshot) and the workflows carrying this instance's label (one list).
+decide() then takes each job from wherever it is; what is left here is the order in which
+jobs are taken up, and which workflows are orphans.  ``flux dws cleanup`` shows and applies
+the same orphan plan by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flux_dws.core.identity import owned_jobid
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A workflow the orphan sweep will tear down and delete, and why."""
+
+    name: str
+    jobid: int
+    reason: str
+
+
+def plan_cleanup(
+    workflows: Iterable[Mapping[str, Any]], held_jobids: Iterable[int], identity: str
+) -> list[Sweep]:
+    """This instance's workflows whose job it no longer holds (see identity.owned_jobid)."""
+    held = set(held_jobids)
+    plan = []
+    for obj in workflows:
+        jobid = owned_jobid(obj, identity)
+        if jobid is None or jobid in held:
+            continue
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            reason = f"job {jobid} is not held by this instance; the workflow is being deleted"
+        else:
+            reason = f"job {jobid} is not held by this instance (inactive or unknown)"
+        plan.append(Sweep(name=str(meta["name"]), jobid=jobid, reason=reason))
+    plan.sort(key=lambda s: s.jobid)
+    return plan
+
+
+def startup_order(jobs: Iterable[tuple[int, bool, float]]) -> list[int]:
+    """The order to take jobs up after a (re)start: (jobid, has_workflow, t_submit) each.
+
+    Jobs whose workflow is already in flight come first, so a backlog of new jobs never
+    delays them; jobs still waiting for a workflow then get one in submit order.
+    """
+    return [jobid for jobid, _, _ in sorted(jobs, key=lambda j: (not j[1], j[2], j[0]))]

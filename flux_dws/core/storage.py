@@ -1,0 +1,246 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""Storage sizing: DirectiveBreakdowns -> the job's storage needs and the Servers allocation.
+
+Pure functions.  nnf-sos says in each DirectiveBreakdown what a directive needs (allocation
+sets with a strategy and a minimum capacity); flux-dws puts a summary of that into the jobspec
+before the job is scheduled, and once the job has its compute nodes it tells NNF which rabbits
+serve each allocation set by writing the Servers resource (dws-api.md section 2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flux_dws.base.sanitize import ECHO_LIMIT, echo, one_line
+
+PER_COMPUTE = "AllocatePerCompute"
+PER_SERVER = "AllocatePerServer"
+ACROSS_SERVERS = "AllocateAcrossServers"
+SINGLE_SERVER = "AllocateSingleServer"
+STRATEGIES = (PER_COMPUTE, PER_SERVER, ACROSS_SERVERS, SINGLE_SERVER)
+
+#: The jobspec key flux-dws sets when it releases a job's dependency.
+JOBSPEC_STORAGE_KEY = "attributes.system.dw_storage"
+
+
+class StorageError(ValueError):
+    """A breakdown or the system configuration does not allow an allocation; one line."""
+
+
+@dataclass(frozen=True)
+class AllocationNeed:
+    """One allocation set of one breakdown: what NNF must allocate, and where it is recorded."""
+
+    breakdown: str  # DirectiveBreakdown name
+    servers: tuple[str, str]  # (namespace, name) of the Servers resource to write
+    label: str  # raw, xfs, gfs2, mgt, mdt, mgtmdt, ost
+    strategy: str
+    capacity: int  # minimumCapacity in bytes
+    count: int | None = None  # constraints.count, when the breakdown fixes the server count
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "breakdown": self.breakdown,
+            "servers": list(self.servers),
+            "label": self.label,
+            "strategy": self.strategy,
+            "capacity": self.capacity,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AllocationNeed:
+        return cls(
+            breakdown=data["breakdown"],
+            servers=(data["servers"][0], data["servers"][1]),
+            label=data["label"],
+            strategy=data["strategy"],
+            capacity=int(data["capacity"]),
+            count=data.get("count"),
+        )
+
+
+def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ...]:
+    """Every allocation set of every breakdown; StorageError, one line naming the breakdown
+    and the field, for one that reports an error or has a field of the wrong type."""
+    needs: list[AllocationNeed] = []
+    for i, bd in enumerate(breakdowns):
+        if not isinstance(bd, Mapping):
+            raise StorageError(f"DirectiveBreakdown [{i}] must be an object, not {_kind(bd)}")
+        meta = _mapping(bd, "metadata", f"DirectiveBreakdown [{i}]")
+        name = meta.get("name")
+        who = f"DirectiveBreakdown {_echo(name) if isinstance(name, str) else f'[{i}]'}"
+        status = _mapping(bd, "status", who)
+        error = status.get("error")
+        if error:
+            raise StorageError(f"{who}: {breakdown_error(error)}")
+        storage = _mapping(status, "storage", f"{who}: status")
+        if not storage:
+            continue
+        ref = _mapping(storage, "reference", f"{who}: status.storage")
+        namespace, server = ref.get("namespace") or "", ref.get("name") or ""
+        if not isinstance(namespace, str) or not isinstance(server, str):
+            raise StorageError(f"{who}: status.storage.reference must name a Servers resource")
+        if not server:
+            raise StorageError(f"{who}: storage has no Servers reference")
+        sets = storage.get("allocationSets") or []
+        if not isinstance(sets, (list, tuple)):
+            raise StorageError(f"{who}: status.storage.allocationSets must be a list")
+        for j, aset in enumerate(sets):
+            where = f"{who}: status.storage.allocationSets[{j}]"
+            if not isinstance(aset, Mapping):
+                raise StorageError(f"{where} must be an object, not {_kind(aset)}")
+            strategy = aset.get("allocationStrategy")
+            if strategy not in STRATEGIES:
+                raise StorageError(f"{who}: unknown allocationStrategy {_echo(strategy)}")
+            capacity = aset.get("minimumCapacity")
+            if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+                raise StorageError(f"{who}: minimumCapacity {_echo(capacity)} is not a size")
+            label = aset.get("label", "")
+            if not isinstance(label, str):
+                raise StorageError(f"{where}.label must be a string, not {_kind(label)}")
+            constraints = _mapping(aset, "constraints", where)
+            count = constraints.get("count")
+            if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+                raise StorageError(f"{where}.constraints.count must be an integer")
+            needs.append(
+                AllocationNeed(
+                    breakdown=name if isinstance(name, str) else f"[{i}]",
+                    servers=(namespace, server),
+                    label=label,
+                    strategy=strategy,
+                    capacity=capacity,
+                    count=count if isinstance(count, int) and count > 0 else None,
+                )
+            )
+    return tuple(needs)
+
+
+def breakdown_error(error: Any) -> str:
+    """What the user is told of a DirectiveBreakdown's ``status.error`` (a DWS ResourceError:
+    userMessage, debugMessage, type, severity): its user-facing message, never the debug
+    detail, which is for the admin's logs."""
+    if not isinstance(error, Mapping):
+        return f"error {_echo(error)}"
+    kind, message = error.get("type"), error.get("userMessage")
+    kind = kind if isinstance(kind, str) and kind else ""
+    head = f"{one_line(kind, 20)} error" if kind else "error"
+    if isinstance(message, str) and message.strip():
+        return f"{head}: {one_line(message.strip(), 400)}"
+    return f"{head} (DWS gave no user message; the admin can read the DirectiveBreakdown)"
+
+
+def _mapping(data: Mapping[str, Any], key: str, who: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StorageError(f"{who}: {key} must be an object, not {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def _echo(value: Any) -> str:
+    return echo(value) if isinstance(value, str) else one_line(repr(value), ECHO_LIMIT)
+
+
+def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
+    """The summary put into the jobspec: bytes per compute node and bytes shared, per label.
+
+    A scheduler (or a site's jobspec policy) can read ``attributes.system.dw_storage`` to
+    place the job near enough rabbit capacity; flux-dws itself only records it.
+    """
+    per_compute: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    for need in needs:
+        into = per_compute if need.strategy == PER_COMPUTE else shared
+        into[need.label] = into.get(need.label, 0) + need.capacity
+    return {"per_compute": per_compute, "shared": shared}
+
+
+def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]:
+    """compute hostname -> rabbit name, from a DWS SystemConfiguration."""
+    mapping: dict[str, str] = {}
+    config = system_configuration if isinstance(system_configuration, Mapping) else {}
+    spec = config.get("spec")
+    nodes = spec.get("storageNodes") if isinstance(spec, Mapping) else None
+    for node in nodes if isinstance(nodes, list) else []:  # a malformed entry serves nothing
+        if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
+            continue
+        accesses = node.get("computesAccess")
+        for access in accesses if isinstance(accesses, list) else []:
+            name = access.get("name") if isinstance(access, Mapping) else None
+            if isinstance(name, str) and name and node["name"]:
+                mapping[name] = node["name"]
+    return mapping
+
+
+def plan_servers(
+    needs: Sequence[AllocationNeed],
+    hosts: Sequence[str],
+    rabbits: Mapping[str, str],
+    min_allocation: Mapping[str, int] | None = None,
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Servers (namespace, name) -> spec.allocationSets, for a job on ``hosts``.
+
+    ``rabbits`` maps each host to its rabbit: the rabbits Fluxion allocated when the job's R
+    says (flux_dws.core.rabbits.allocated_rabbits), else the SystemConfiguration.  As DWS expects:
+    - AllocatePerCompute: one allocation per node, on that node's rabbit;
+    - AllocateAcrossServers: over the job's rabbits, weighted by the job's nodes on each (the
+      greatest common divisor of those counts makes the allocations as large as possible);
+      with a ``count`` constraint, that many allocations on the rabbits with the most of the
+      job's nodes, wrapping round when there are fewer rabbits than allocations;
+    - AllocateSingleServer: exactly one, on the rabbit with the most of the job's nodes;
+    - AllocatePerServer: one on each of the job's rabbits.
+    ``min_allocation`` (label -> bytes) raises every allocation to the site's minimum.
+    """
+    if not hosts:
+        raise StorageError("the job has no compute nodes to place storage near")
+    missing = [h for h in hosts if h not in rabbits]
+    if missing:
+        raise StorageError(
+            f"no rabbit serves compute node {one_line(missing[0], ECHO_LIMIT)}"
+            " (not in the SystemConfiguration)"
+        )
+    per_rabbit: dict[str, int] = {}
+    for host in hosts:
+        per_rabbit[rabbits[host]] = per_rabbit.get(rabbits[host], 0) + 1
+    # Most of the job's nodes first; the name breaks ties, so a plan never depends on order.
+    ranked = sorted(per_rabbit, key=lambda r: (-per_rabbit[r], r))
+    plan: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for need in needs:
+        storage, size = _placement(need, per_rabbit, ranked, len(hosts))
+        floor = (min_allocation or {}).get(need.label, 0)
+        plan.setdefault(need.servers, []).append(
+            {"label": need.label, "allocationSize": max(size, floor), "storage": storage}
+        )
+    return plan
+
+
+def _placement(
+    need: AllocationNeed, per_rabbit: Mapping[str, int], ranked: Sequence[str], nnodes: int
+) -> tuple[list[dict[str, Any]], int]:
+    """(Servers storage entries, allocation size) for one allocation set."""
+    if need.strategy == PER_COMPUTE:
+        return [{"name": r, "allocationCount": per_rabbit[r]} for r in sorted(per_rabbit)], (
+            need.capacity
+        )
+    if need.strategy == PER_SERVER:
+        return [{"name": r, "allocationCount": 1} for r in sorted(per_rabbit)], need.capacity
+    if need.strategy == SINGLE_SERVER or need.count:
+        count = 1 if need.strategy == SINGLE_SERVER else int(need.count or 1)
+        counts: dict[str, int] = {}
+        for i in range(count):  # wraps onto the rabbits with the most nodes
+            rabbit = ranked[i % len(ranked)]
+            counts[rabbit] = counts.get(rabbit, 0) + 1
+        storage = [{"name": r, "allocationCount": counts[r]} for r in ranked if r in counts]
+        return storage, math.ceil(need.capacity / count)
+    unit = math.gcd(*per_rabbit.values())
+    storage = [{"name": r, "allocationCount": per_rabbit[r] // unit} for r in sorted(per_rabbit)]
+    return storage, math.ceil(need.capacity * unit / nnodes)

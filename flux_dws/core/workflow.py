@@ -1,0 +1,539 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""A Workflow object from Kubernetes -> an immutable WorkflowView, and its container outcome.
+
+The lifecycle core decides from what it sees, so the raw dict is checked here, once: a field of
+the wrong type is a one-line ValueError naming the field, an absent optional field takes the
+value DWS means by its absence, and nothing downstream ever touches the dict.  Served versions
+(v1alpha6, v1alpha7) carry the same fields for our purposes, so the version is not consulted.
+
+DWS has no container status field today (dws-api.md 4): whether the user's containers started,
+exited or failed is read from the container directive's driver entries, or from a future
+``status.containers`` field when it appears and can be understood.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+from flux_dws.base.errors import DwsError
+from flux_dws.core.states import State, Status
+
+WORKFLOW_GROUP = "dataworkflowservices.github.io"
+WORKFLOW_KIND = "Workflow"
+
+_NO_NAME = "not a Workflow"
+_DIRECTIVE_PREFIX = re.compile(r"^\s*DW Directive (\d+):\s*")
+# DWS renders an error with no user text as "<Type> error: " (nnf-sos pod failures do this).
+_EMPTY_USER_TEXT = re.compile(r"^(User|WLM|Internal) error:\s*$", re.IGNORECASE)
+_TIMEOUT = re.compile(r"failed to (start|complete) after \d+ seconds")
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:([Zz])|([+-])(\d{2}):(\d{2}))$"
+)
+_DRIVER_ERROR = "Error"
+
+
+class ContainerState(str, Enum):
+    """Where the job's user containers are, as far as DWS has told us."""
+
+    NONE = "none"
+    PENDING = "pending"
+    STARTED = "started"
+    EXITED = "exited"
+    START_FAILED = "start-failed"
+    FAILED = "failed"
+    TIMED_OUT = "timed-out"
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (
+            ContainerState.START_FAILED,
+            ContainerState.FAILED,
+            ContainerState.TIMED_OUT,
+        )
+
+
+@dataclass(frozen=True)
+class ContainerOutcome:
+    """The container directive's result; ``reason`` is what the user is told."""
+
+    state: ContainerState
+    phase: State | None = None
+    reason: str = ""
+    detail: str = ""
+    dwd_index: int | None = None
+
+
+@dataclass(frozen=True)
+class DriverStatus:
+    """One ``status.drivers[]`` entry."""
+
+    driver_id: str
+    task_id: str
+    dwd_index: int
+    watch_state: State | None
+    completed: bool
+    status: str
+    message: str
+    error: str
+    last_hb: int
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """What Kubernetes says about one workflow, checked and frozen."""
+
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    jobid: str
+    desired_state: State
+    state: State | None
+    ready: bool
+    status: Status | None
+    message: str
+    drivers: tuple[DriverStatus, ...]
+    env: Mapping[str, str] = field(hash=False)
+    directives: tuple[str, ...]
+    hurry: bool
+    desired_state_change: float | None
+    ready_change: float | None
+    elapsed_time_last_state: str
+    token_secret: tuple[str, str] | None
+    deleting: bool
+    finalizers: tuple[str, ...]
+    labels: Mapping[str, str] = field(hash=False)
+    container: ContainerOutcome
+    requires: tuple[str, ...] = ()  # status.requires (e.g. copy-offload)
+
+    @property
+    def settled(self) -> bool:
+        """The controller has caught up with desiredState; status says something about it."""
+        return self.state is self.desired_state
+
+    @property
+    def complete(self) -> bool:
+        return self.settled and self.ready
+
+    @property
+    def failed(self) -> bool:
+        return self.settled and self.status is Status.ERROR
+
+    @property
+    def transient(self) -> bool:
+        return self.settled and self.status is Status.TRANSIENT
+
+    @property
+    def user_message(self) -> str:
+        """status.message without its "DW Directive N: " prefix."""
+        return _strip_directive(self.message)
+
+
+# --------------------------------------------------------------------------- timestamps
+
+
+def parse_time(text: str | None) -> float | None:
+    """Epoch seconds for an RFC 3339 time (Time or MicroTime); None for None or ""."""
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str):
+        raise DwsError(f"invalid timestamp {_show(text)}: expected an RFC 3339 string")
+    match = _RFC3339.match(text)
+    bad = f"invalid timestamp {_show(text)} (expected RFC 3339, e.g. 2026-03-01T12:00:00.123456Z)"
+    if not match:
+        raise DwsError(bad)
+    year, month, day, hour, minute, second = (int(g) for g in match.group(1, 2, 3, 4, 5, 6))
+    try:
+        datetime.datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        raise DwsError(bad) from None
+    offset = 0
+    if match.group(9):
+        off_h, off_m = int(match.group(10)), int(match.group(11))
+        if off_h > 23 or off_m > 59:
+            raise DwsError(bad)
+        offset = (off_h * 3600 + off_m * 60) * (-1 if match.group(9) == "-" else 1)
+    whole = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
+    return whole + float("0" + (match.group(7) or ".0"))
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
+    """Check and freeze one Workflow object (any served version).
+
+    Raises ValueError (DwsError), one line naming the field, for an object that is not a
+    Workflow or has a field of the wrong type.
+    """
+    if not isinstance(obj, Mapping):
+        raise DwsError(f"{_NO_NAME}: expected a mapping, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if kind is not None and kind != WORKFLOW_KIND:
+        raise DwsError(f"{_NO_NAME}: kind is {_show(kind)}")
+    api = obj.get("apiVersion")
+    if api is not None and (not isinstance(api, str) or api.split("/")[0] != WORKFLOW_GROUP):
+        raise DwsError(f"{_NO_NAME}: apiVersion {_show(api)} is not in group {WORKFLOW_GROUP}")
+
+    meta = _Fields(_NO_NAME, "", obj).mapping("metadata", required=True)
+    name = meta.string("name", required=True)
+    if not name:
+        raise meta.error("name", "is empty")
+    namespace = meta.string("namespace")
+    root = _Fields(f"workflow {namespace}/{name}" if namespace else f"workflow {name}", "", obj)
+    who = root.who
+    meta = root.mapping("metadata")
+    spec = root.mapping("spec", required=True)
+    status = root.mapping("status")
+
+    jobid = spec.get("jobID", (int, str), "an integer or a string", required=True)
+    directives = spec.strings("dwDirectives")
+    state = status.enum("state", State.parse)
+    wf_status = status.enum("status", Status)
+    message = status.string("message")
+    drivers = tuple(_driver(who, i, d) for i, d in enumerate(status.sequence("drivers")))
+    return WorkflowView(
+        name=name,
+        namespace=namespace,
+        uid=meta.string("uid"),
+        resource_version=meta.string("resourceVersion"),
+        jobid=str(jobid),
+        desired_state=spec.enum("desiredState", State.parse, required=True),
+        state=state,
+        ready=status.boolean("ready"),
+        status=wf_status,
+        message=message,
+        drivers=drivers,
+        env=MappingProxyType(status.string_map("env")),
+        directives=directives,
+        hurry=spec.boolean("hurry"),
+        desired_state_change=status.time("desiredStateChange"),
+        ready_change=status.time("readyChange"),
+        elapsed_time_last_state=status.string("elapsedTimeLastState"),
+        token_secret=_token_secret(status),
+        deleting=bool(meta.string("deletionTimestamp")),
+        finalizers=meta.strings("finalizers"),
+        labels=MappingProxyType(meta.string_map("labels")),
+        container=container_outcome(
+            directives, drivers, state, wf_status, message, status.raw("containers")
+        ),
+        requires=status.strings("requires"),
+    )
+
+
+def _driver(who: str, index: int, entry: Any) -> DriverStatus:
+    path = f"status.drivers[{index}]"
+    if not isinstance(entry, Mapping):
+        raise DwsError(f"{who}: {path} must be a mapping, not {type(entry).__name__}")
+    d = _Fields(who, path, entry)
+    return DriverStatus(
+        driver_id=d.string("driverID"),
+        task_id=d.string("taskID"),
+        dwd_index=d.get("dwdIndex", (int,), "an integer", required=True),
+        watch_state=d.enum("watchState", State.parse),
+        completed=d.boolean("completed"),
+        status=d.string("status"),
+        message=d.string("message"),
+        error=d.string("error"),
+        last_hb=d.get("lastHB", (int,), "an integer", default=0),
+    )
+
+
+def _token_secret(status: _Fields) -> tuple[str, str] | None:
+    token = status.mapping("workflowToken")
+    namespace, name = token.string("secretNamespace"), token.string("secretName")
+    return (namespace, name) if namespace and name else None
+
+
+class _Fields:
+    """Typed reads from one sub-object; every error names the workflow and the field path.
+
+    JSON null counts as absent, as it does for Kubernetes.
+    """
+
+    def __init__(self, who: str, path: str, data: Mapping[Any, Any]) -> None:
+        self.who, self.path, self.data = who, path, data
+
+    def error(self, key: str, problem: str) -> DwsError:
+        return DwsError(f"{self.who}: {self._path(key)} {problem}")
+
+    def _path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def raw(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def get(
+        self, key: str, kinds: tuple[type, ...], what: str, required: bool = False, default=None
+    ) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise self.error(key, "is missing")
+            return default
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise self.error(key, f"must be {what}, not {type(value).__name__}")
+        return value
+
+    def string(self, key: str, required: bool = False) -> str:
+        return self.get(key, (str,), "a string", required=required, default="")
+
+    def boolean(self, key: str) -> bool:
+        return self.get(key, (bool,), "a boolean", default=False)
+
+    def mapping(self, key: str, required: bool = False) -> _Fields:
+        data = self.get(key, (Mapping,), "a mapping", required=required, default={})
+        return _Fields(self.who, self._path(key), data)
+
+    def sequence(self, key: str) -> Sequence[Any]:
+        return self.get(key, (list, tuple), "a list", default=())
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        items = self.sequence(key)
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.error(f"{key}[{i}]", f"must be a string, not {type(item).__name__}")
+        return tuple(items)
+
+    def string_map(self, key: str) -> dict[str, str]:
+        items = self.mapping(key).data
+        for k, v in items.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise self.error(f"{key}[{_show(k)}]", "must map a string to a string")
+        return dict(items)
+
+    def enum(self, key: str, parse: Any, required: bool = False) -> Any:
+        """An enum value; "" is absent (DWS leaves status.state empty until it has run)."""
+        text = self.string(key, required=required)
+        if not text:
+            if required:
+                raise self.error(key, "is empty")
+            return None
+        try:
+            return parse(text)
+        except ValueError:
+            raise self.error(key, f"has unknown value {_show(text)}") from None
+
+    def time(self, key: str) -> float | None:
+        try:
+            return parse_time(self.data.get(key))
+        except ValueError as e:
+            raise self.error(key, f"is an {e}") from None
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def container_outcome(
+    directives: Sequence[str],
+    drivers: Sequence[DriverStatus],
+    state: State | None = None,
+    status: Status | None = None,
+    message: str = "",
+    containers: Any = None,
+) -> ContainerOutcome:
+    """The container directive's outcome from a workflow's parts (pure; dws-api.md 4, 5).
+
+    ``containers`` is the raw ``status.containers`` (a future field): used when it can be
+    understood, ignored otherwise.  Without it the container directive's driver entries decide:
+    an Error in PreRun or PostRun is a failure (a timeout when the message says so), a completed
+    PostRun entry means the containers exited cleanly, a completed PreRun entry that they started.
+    """
+    index = _container_index(directives)
+    if index is None:
+        return ContainerOutcome(ContainerState.NONE)
+    future = _from_containers_field(containers, index, state)
+    if future is not None:
+        return future
+    mine = [d for d in drivers if d.dwd_index == index]
+    rolled_up = message if _directive_of(message) == index and status is Status.ERROR else ""
+    for phase in (State.PRERUN, State.POSTRUN):
+        for entry in mine:
+            if entry.watch_state is phase and entry.status == _DRIVER_ERROR:
+                from_status = rolled_up if state is phase else ""
+                return _failure(index, phase, entry.message, from_status, entry.error)
+    if rolled_up and state in (State.PRERUN, State.POSTRUN):
+        # No driver entry says so, but the roll-up names the container directive.
+        return _failure(index, state, "", rolled_up, "")
+    if any(d.watch_state is State.POSTRUN and d.completed for d in mine):
+        return ContainerOutcome(ContainerState.EXITED, dwd_index=index)
+    if any(d.watch_state is State.PRERUN and d.completed for d in mine):
+        return ContainerOutcome(ContainerState.STARTED, dwd_index=index)
+    return ContainerOutcome(ContainerState.PENDING, dwd_index=index)
+
+
+def _container_index(directives: Sequence[str]) -> int | None:
+    """Index of the (at most one) "#DW container ..." directive."""
+    for i, directive in enumerate(directives):
+        if directive.split()[:2] == ["#DW", "container"]:
+            return i
+    return None
+
+
+def _directive_of(message: str) -> int | None:
+    match = _DIRECTIVE_PREFIX.match(message)
+    return int(match.group(1)) if match else None
+
+
+def _strip_directive(message: str) -> str:
+    return _DIRECTIVE_PREFIX.sub("", message, count=1).strip()
+
+
+def _user_text(message: str) -> str:
+    text = _strip_directive(message)
+    return "" if _EMPTY_USER_TEXT.match(text) else text
+
+
+def _failure(
+    index: int, phase: State, message: str, rolled_up: str, error: str
+) -> ContainerOutcome:
+    """A failure in ``phase``; the reason is the first non-empty of the three texts."""
+    reason = _user_text(message) or _user_text(rolled_up) or error.strip()
+    timed_out = any(_TIMEOUT.search(text) for text in (message, rolled_up, error))
+    if timed_out:
+        kind = ContainerState.TIMED_OUT
+    else:
+        kind = ContainerState.START_FAILED if phase is State.PRERUN else ContainerState.FAILED
+    return ContainerOutcome(kind, phase, reason, error, index)
+
+
+def _vocabulary() -> dict[str, ContainerState]:
+    """Words a future status.containers field might use, normalised to [a-z0-9]."""
+    groups = {
+        ContainerState.PENDING: "pending waiting creating containercreating initializing "
+        "starting queued notstarted scheduled",
+        ContainerState.STARTED: "started running ready active",
+        ContainerState.EXITED: "exited succeeded success successful completed complete done "
+        "finished",
+        ContainerState.START_FAILED: "startfailed failedtostart starterror errimagepull "
+        "imagepullbackoff createcontainererror",
+        ContainerState.FAILED: "failed failure error errored crashed crashloopbackoff oomkilled",
+        ContainerState.TIMED_OUT: "timedout timeout deadlineexceeded",
+    }
+    return {word: state for state, words in groups.items() for word in words.split()}
+
+
+_WORDS = _vocabulary()
+_STATE_KEYS = ("state", "phase", "status")
+_RANK = (ContainerState.PENDING, ContainerState.STARTED, ContainerState.EXITED)
+
+
+def _from_containers_field(
+    containers: Any, index: int, state: State | None
+) -> ContainerOutcome | None:
+    """An outcome from ``status.containers`` (a dict, a list, or a dict of entries), or None
+    when nothing in it can be understood.  Never raises: the field's shape is not known yet.
+
+    Several containers: any failure wins, then the least advanced of the rest.
+    """
+    if isinstance(containers, Mapping):
+        if any(key in containers for key in (*_STATE_KEYS, "exitCode")):
+            entries: list[Any] = [containers]
+        else:
+            entries = list(containers.values())
+    elif isinstance(containers, (list, tuple)):
+        entries = list(containers)
+    else:
+        return None
+    outcomes = [o for o in (_entry_outcome(e, index, state) for e in entries) if o is not None]
+    for outcome in outcomes:
+        if outcome.state.is_failure:
+            return outcome
+    for rank in _RANK:
+        if any(o.state is rank for o in outcomes):
+            return ContainerOutcome(rank, dwd_index=index)
+    return None
+
+
+def _entry_outcome(entry: Any, index: int, state: State | None) -> ContainerOutcome | None:
+    if not isinstance(entry, Mapping):
+        return None
+    kind, phase = None, None
+    message, detail = _text(entry, "message") or _text(entry, "reason"), _text(entry, "error")
+    detail = detail or _text(entry, "detail")
+    for key in _STATE_KEYS:
+        value = entry.get(key)
+        if isinstance(value, Mapping):  # Kubernetes ContainerState style: {"terminated": {...}}
+            found, message, detail = _pod_style(value, message, detail)
+        elif isinstance(value, str):
+            named = _state_named(value)
+            if named is not None:  # a workflow state: the phase, not the containers' state
+                phase = phase or named
+                continue
+            found = _word(value)
+        else:
+            continue
+        kind = kind or found
+    if kind is None:
+        kind = _exit_code_state(entry.get("exitCode"))
+    if kind is None or kind is ContainerState.NONE:
+        return None
+    if not kind.is_failure:
+        return ContainerOutcome(kind, dwd_index=index)
+    phase = _failure_phase(kind, phase, state, message + " " + detail)
+    if kind is ContainerState.FAILED and phase is State.PRERUN:
+        kind = ContainerState.START_FAILED
+    reason = _user_text(message) or detail
+    return ContainerOutcome(kind, phase, reason, detail, index)
+
+
+def _pod_style(
+    value: Mapping[Any, Any], message: str, detail: str
+) -> tuple[ContainerState | None, str, str]:
+    for word, inner in value.items():
+        inner = inner if isinstance(inner, Mapping) else {}
+        message = message or _text(inner, "message") or _text(inner, "reason")
+        if word == "running":
+            return ContainerState.STARTED, message, detail
+        if word == "waiting":
+            waiting = _word(_text(inner, "reason"))
+            kind = waiting if waiting is not None and waiting.is_failure else ContainerState.PENDING
+            return kind, message, detail
+        if word == "terminated":
+            return _exit_code_state(inner.get("exitCode")), message, detail
+    return None, message, detail
+
+
+def _exit_code_state(code: Any) -> ContainerState | None:
+    if isinstance(code, int) and not isinstance(code, bool):
+        return ContainerState.EXITED if code == 0 else ContainerState.FAILED
+    return None
+
+
+def _failure_phase(
+    kind: ContainerState, phase: State | None, state: State | None, text: str
+) -> State:
+    """PreRun or PostRun: the entry's own word, else its message, else the workflow's state."""
+    if phase in (State.PRERUN, State.POSTRUN):
+        return phase
+    if kind is ContainerState.START_FAILED or "failed to start after" in text:
+        return State.PRERUN
+    return state if state in (State.PRERUN, State.POSTRUN) else State.POSTRUN
+
+
+def _state_named(word: str) -> State | None:
+    try:
+        return State.parse(word)
+    except ValueError:
+        return None
+
+
+def _word(word: str) -> ContainerState | None:
+    return _WORDS.get(re.sub(r"[^a-z0-9]", "", word.lower()))
+
+
+def _text(entry: Mapping[Any, Any], key: str) -> str:
+    value = entry.get(key)
+    return value.strip() if isinstance(value, str) else ""

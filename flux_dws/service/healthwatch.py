@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""The health monitor: every ``[dws] health-interval``, compare rabbits with Flux and act.
+
+One pass reads Flux's drain state (resource.status), then on a worker thread every Storage,
+the SystemConfiguration and the SystemStatus; flux_dws.core.health decides; this module drains and
+undrains through flux_dws.flux.resource, marks down rabbits' ssd pools in Fluxion, and writes
+only the SystemStatus entries that changed.  It is a periodic full comparison rather than an
+edge-triggered reaction, so a restarted service (or a missed change) converges on the next
+pass, and a pass that fails is simply repeated on the next one.  Passes never overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from flux_dws.base.loop import Loop, Timer
+from flux_dws.core import health
+from flux_dws.core.policy import Policy
+from flux_dws.core.storage import rabbit_map
+from flux_dws.flux.resource import NodeControl, NodeStatus
+from flux_dws.k8s import KubeClient, KubeWorker
+
+log = logging.getLogger("flux-dws")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one pass read from Kubernetes."""
+
+    rabbits: tuple[health.Rabbit, ...]
+    served: Mapping[str, str]
+    system_status: Any
+
+
+class HealthMonitor:
+    """See the module docstring; call every method on the loop's thread."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        loop: Loop,
+        worker: KubeWorker,
+        kube: KubeClient,
+        nodes: NodeControl,
+    ) -> None:
+        self.policy = policy
+        self.loop = loop
+        self.worker = worker
+        self.kube = kube
+        self.nodes = nodes
+        self.passes = 0  # completed passes (tests wait on this)
+        self.last_plan: health.DrainPlan | None = None
+        self.last_error: str | None = None
+        self._down: dict[str, str] = {}  # rabbit -> why, as last logged / marked in Fluxion
+        self._marked: set[str] = set()  # rabbits whose pool state Fluxion holds as we want
+        self._running = False
+        self._again = False
+        self._timer: Timer | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self.loop.call_soon(self.poke)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer:
+            self._timer.cancel()
+
+    def poke(self) -> None:
+        """Run a pass now (or right after the one in flight)."""
+        if self._stopped:
+            return
+        if self._running:
+            self._again = True
+            return
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        self._running = True
+        self.nodes.status(self._got_flux)
+
+    def drain_for_job(
+        self, hosts: Sequence[str], reason: str, done: Callable[[str | None], None]
+    ) -> None:
+        """Drain a job's failed nodes (never undone by a pass: see flux_dws.core.health)."""
+        log.warning("draining %s: %s", health.hostlist(hosts), reason)
+
+        def drained(error: str | None) -> None:
+            if error is None:
+                self.poke()  # SystemStatus follows
+            done(error)
+
+        self.nodes.drain(list(hosts), reason, drained, replace=False)
+
+    # ------------------------------------------------------------------ one pass
+
+    def _got_flux(self, status: NodeStatus | None, error: str | None) -> None:
+        if status is None:
+            self._finish(f"cannot read Flux's drain state: {error}")
+            return
+
+        def read() -> Observed:
+            storages = self.kube.list_storages()
+            served = rabbit_map(self.kube.read_system_configuration())
+            rabbits = tuple(r for r in map(health.rabbit_from_storage, storages) if r)
+            return Observed(rabbits, served, self.kube.read_system_status())
+
+        def finished(result: Observed | None, exc: BaseException | None) -> None:
+            self.loop.call_soon(self._decide, status, result, exc)
+
+        try:
+            self.worker.submit(read, on_done=finished)
+        except RuntimeError:  # the worker stopped: the service is stopping
+            self._running = False
+
+    def _decide(self, status: NodeStatus, seen: Observed | None, exc: BaseException | None) -> None:
+        if seen is None:
+            self._finish(f"cannot read rabbit Storage resources: {exc}")
+            return
+        plan = health.plan_drains(
+            seen.rabbits,
+            seen.served,
+            status.hosts,
+            status.drained,
+            drain_nodes=self.policy.drain_compute_nodes,
+        )
+        self.last_plan = plan
+        self._report_rabbits(plan.down_rabbits, {r.name for r in seen.rabbits})
+        drained = dict(status.drained)
+        steps: list[Callable[[Callable[[str | None], None]], None]] = []
+        by_reason: dict[str, list[str]] = {}
+        for host, reason in plan.drain.items():
+            by_reason.setdefault(reason, []).append(host)
+            drained[host] = reason
+        for reason, hosts in sorted(by_reason.items()):
+            replace = any(h in status.drained for h in hosts)
+            log.warning("draining %s: %s", health.hostlist(hosts), reason)
+            steps.append(
+                lambda done, h=hosts, r=reason, x=replace: self.nodes.drain(h, r, done, replace=x)
+            )
+        if plan.undrain:
+            log.info("undraining %s: their rabbits are Ready again", health.hostlist(plan.undrain))
+            steps.append(lambda done: self.nodes.undrain(list(plan.undrain), done))
+            for host in plan.undrain:
+                drained.pop(host, None)
+        for rabbit in sorted({r.name for r in seen.rabbits} - self._marked):
+            up = rabbit not in plan.down_rabbits
+            steps.append(lambda done, r=rabbit, u=up: self._mark(r, u, done))
+        wanted = health.node_states(status.hosts, drained, status.offline)
+        patch = health.system_status_patch(seen.system_status, wanted)
+        if patch is not None:
+            exists = seen.system_status is not None
+            steps.append(lambda done: self._write_status(patch, exists, done))
+        self._run(steps, [])
+
+    def _mark(self, rabbit: str, up: bool, done: Callable[[str | None], None]) -> None:
+        """Tell Fluxion once per change; a refusal (e.g. no such vertex in its graph) is
+        logged once and not retried until the rabbit changes again."""
+
+        def marked(error: str | None) -> None:
+            self._marked.add(rabbit)
+            if error is not None:
+                log.warning(
+                    "could not mark rabbit %s %s in Fluxion: %s",
+                    rabbit,
+                    "up" if up else "down",
+                    error,
+                )
+            done(None)
+
+        self.nodes.mark_rabbit(rabbit, up, marked)
+
+    def _report_rabbits(self, down: Mapping[str, str], known: set[str]) -> None:
+        for rabbit, why in sorted(down.items()):
+            if self._down.get(rabbit) != why:
+                log.warning("rabbit %s is down (%s): no new job gets its storage", rabbit, why)
+                self._marked.discard(rabbit)
+        for rabbit in sorted(set(self._down) - set(down)):
+            if rabbit in known:
+                log.info("rabbit %s is Ready again", rabbit)
+            self._marked.discard(rabbit)
+        self._down = dict(down)
+
+    def _write_status(
+        self, patch: dict[str, Any], exists: bool, done: Callable[[str | None], None]
+    ) -> None:
+        changed = patch["data"]["nodes"]
+        log.info(
+            "SystemStatus: %d node(s) changed (%s)",
+            len(changed),
+            ", ".join(f"{h}={s}" for h, s in list(changed.items())[:8]),
+        )
+
+        def finished(_result: Any, exc: BaseException | None) -> None:
+            self.loop.call_soon(done, None if exc is None else f"SystemStatus: {exc}")
+
+        self.worker.submit(self.kube.write_system_status, patch, exists, on_done=finished)
+
+    def _run(self, steps: list[Any], errors: list[str]) -> None:
+        if not steps:
+            self._finish("; ".join(errors) or None)
+            return
+
+        def next_step(error: str | None) -> None:
+            if error is not None:
+                errors.append(error)
+            self._run(steps[1:], errors)
+
+        try:
+            steps[0](next_step)
+        except Exception as exc:  # a bug must not stop the monitor: log and go on
+            log.exception("health pass step failed")
+            next_step(f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, error: str | None) -> None:
+        if error and error != self.last_error:
+            log.warning(
+                "health pass: %s; trying again in %.0fs", error, self.policy.health_interval
+            )
+        self.last_error = error
+        self.passes += 1
+        self._running = False
+        if self._stopped:
+            return
+        if self._again:
+            self._again = False
+            self.loop.call_soon(self.poke)
+        else:
+            self._timer = self.loop.call_later(self.policy.health_interval, self.poke)
