@@ -12,7 +12,7 @@ from pathlib import Path
 from flux_dws.core import lifecycle
 from flux_dws.core.policy import Policy
 from flux_dws.k8s.watch import WorkflowWatch
-from flux_dws.service import actions
+from flux_dws.service import dispatch, failures
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -55,8 +55,7 @@ def test_architecture_names_files_that_exist_and_every_action():
     for action in typing.get_args(lifecycle.Action):
         assert f"``{action.__name__}``" in text, action.__name__
     assert "def decide(" in inspect.getsource(lifecycle)
-    for handler in ("_do_CreateWorkflow", "_do_DeleteWorkflow"):
-        assert hasattr(actions.ActionRunner, handler)
+    assert set(dispatch.HANDLERS) | dispatch.LOOP_ACTIONS == set(typing.get_args(lifecycle.Action))
 
 
 def test_architecture_names_every_module_and_package():
@@ -76,7 +75,7 @@ def test_architecture_quotes_the_codes_figures():
     assert f"between {low} and {2 * low} seconds" in text
     assert "int(self._watch_timeout * (1 + random.random()))" in inspect.getsource(WorkflowWatch)
     assert f"{watch['read_margin'].default:g} seconds longer" in text
-    assert f"from {actions.RETRY_MIN:g} s doubling up to {actions.RETRY_MAX:g} s" in text
+    assert f"from {failures.RETRY_MIN:g} s doubling up to {failures.RETRY_MAX:g} s" in text
     assert f"every ``[dws] heartbeat`` ({Policy.heartbeat:g} s by default)" in text
     missed = re.search(r"#define MISSED_HEARTBEATS (\d+)", JOBTAP.read_text()).group(1)
     assert {"3": "three"}[missed] + " heartbeats" in text

@@ -691,7 +691,7 @@ def test_calls_queued_at_stop_end_with_an_error():
         running.set()
         return release.wait(10)
 
-    worker = KubeWorker(threads=1)
+    worker = KubeWorker(threads=1, deliver=run_here)
     worker.submit(first, on_done=lambda r, e: outcomes.append(("first", r, e)))
     worker.submit(lambda: "ran", on_done=lambda r, e: outcomes.append(("queued", r, e)))
     assert running.wait(10)
@@ -706,7 +706,7 @@ def test_urgent_calls_find_a_reserved_thread_while_others_fill_the_rest():
     release = threading.Event()
     started: list[str] = []
     outcomes: list = []
-    worker = KubeWorker(threads=2, reserved=1)
+    worker = KubeWorker(threads=2, reserved=1, deliver=run_here)
 
     def call(name: str, block: bool) -> str:
         started.append(name)
@@ -732,7 +732,7 @@ def test_urgent_calls_find_a_reserved_thread_while_others_fill_the_rest():
 def test_urgent_calls_overtake_queued_ones():
     release, running = threading.Event(), threading.Event()
     order: list[str] = []
-    worker = KubeWorker(threads=1, reserved=0)
+    worker = KubeWorker(threads=1, reserved=0, deliver=run_here)
 
     def first() -> None:
         running.set()
@@ -754,7 +754,7 @@ def test_urgent_calls_overtake_queued_ones():
 @pytest.mark.parametrize("threads, reserved", [(0, 0), (4, 4), (4, -1)])
 def test_worker_sizes_are_checked(threads, reserved):
     with pytest.raises(ValueError, match="threads|reserved"):
-        KubeWorker(threads=threads, reserved=reserved)
+        KubeWorker(threads=threads, reserved=reserved, deliver=run_here)
 
 
 def test_token_hook_runs_at_most_once_per_interval_and_stays_installed():
@@ -784,3 +784,8 @@ def test_kubeconfig_token_hook_is_throttled(kube):
     for _ in range(3):
         kube.served_groups()
     assert kube._api.configuration.refresh_api_key_hook is hook
+
+
+def run_here(callback):
+    """A worker's deliver for tests without a loop: the outcome on the worker's thread."""
+    callback()

@@ -179,11 +179,11 @@ def test_a_hung_api_server_is_alarmed_within_api_alarm() -> None:
         jobid = stack.submit(DW, runtime=0.01)
         event = stack.wait_event(jobid, "dws-api-unreachable", timeout=30)
         assert event["context"]["note"] == "Kubernetes API unreachable; the job waits"
-        assert service.api_down_since is not None
-        assert any("Kubernetes API unreachable" in text for _, text in service.errors)
+        assert service.presence.api_down_since is not None
+        assert any("Kubernetes API unreachable" in text for _, text in service.presence.errors)
         stack.api.faults.clear()
         assert stack.wait(jobid, timeout=60).result == "COMPLETED"
-        wait_for(lambda: service.api_down_since is None, "the API to count as reachable")
+        wait_for(lambda: service.presence.api_down_since is None, "the API to count as reachable")
 
 
 # ----------------------------------------------------------------------------- standby
@@ -233,20 +233,20 @@ def test_a_second_in_process_service_stays_standby_until_the_first_goes() -> Non
     with Stack(hosts=2) as stack:
         first = stack.service
         assert first is not None
-        wait_for(lambda: first.role == "active", "the first service to be active")
+        wait_for(lambda: first.presence.role == "active", "the first service to be active")
         second = stack.start_service()  # the stack now drives the second one
         assert second is not None
-        wait_for(lambda: second.role == "standby", "the second service to wait")
+        wait_for(lambda: second.presence.role == "standby", "the second service to wait")
         jobid = stack.submit(DW, runtime=0.01)
         assert stack.wait(jobid).result == "COMPLETED"
-        assert first.role == "active"
+        assert first.presence.role == "active"
         assert second.reconciled_at is None  # never decided anything
         assert all(t.record is None for t in second.jobs.values())  # no job was given to it
         assert second.upkeep.status_line().startswith("standby: pid")
         first.stop()
         first.loop.stop()
         first.jm.transport.close()  # the first one's connection goes: the plugin promotes
-        wait_for(lambda: second.role == "active", "the standby to take over")
+        wait_for(lambda: second.presence.role == "active", "the standby to take over")
         jobid = stack.submit(DW, runtime=0.01)
         assert stack.wait(jobid).result == "COMPLETED"
         assert len(stack.wait(jobid).events("dws-workflow")) == 1

@@ -15,7 +15,7 @@ from flux_dws.base.loop import Loop
 from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL, workflow_name
 from flux_dws.core.policy import policy_from_table
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.k8s import KubeClient, KubeWorker
+from flux_dws.k8s import KubeClient
 from flux_dws.service.service import Service
 from flux_dws.testing.fakeflux import FakeFlux
 
@@ -44,14 +44,12 @@ def service(kubeapi):
     loop = Loop(name="inbox-test")  # never started: the test runs its callbacks
     flux = FakeFlux(["compute-01"], owner_uid=os.getuid())
     kube = KubeClient.connect(namespace="default", identity=IDENTITY, kubeconfig=kubeapi.kubeconfig)
-    worker = KubeWorker(threads=1)
     svc = Service(
-        policy=policy_from_table({"instance": IDENTITY}),
+        policy=policy_from_table({"instance": IDENTITY, "api-threads": 2}),
         loop=loop,
         jobmanager=JobManager(flux.connect(loop)),
         kube=kube,
         owner_uid=os.getuid(),
-        worker=worker,
     )
     handled: list[tuple[str, str, str]] = []
     handle = svc._on_workflow_event
@@ -64,7 +62,7 @@ def service(kubeapi):
     svc._on_workflow_event = counted
     svc.handled = handled
     yield svc
-    worker.stop()
+    svc.worker.stop()
     kube.close()
 
 

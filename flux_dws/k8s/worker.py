@@ -2,8 +2,9 @@
 """KubeWorker: run Kubernetes calls off the service's event loop; results come back as events.
 
 A bounded pool of threads; ``submit`` only enqueues, so the event loop never waits on the API.
-Each call's outcome is handed to ``on_done(result, error)`` through ``deliver``, which the
-service sets to its loop's thread-safe "call soon" so results arrive as ordinary events.
+Each call's outcome is handed to ``on_done(result, error)`` through ``deliver``: the service
+gives its loop's thread-safe "call soon", so results arrive on the loop as ordinary events and
+no callback ever runs on a worker thread.
 """
 
 from __future__ import annotations
@@ -23,10 +24,6 @@ Deliver = Callable[[Callable[[], None]], None]
 _Call = Callable[[], None]
 
 
-def _call_now(callback: Callable[[], None]) -> None:
-    callback()
-
-
 class KubeWorker:
     """A bounded pool of threads for blocking Kubernetes calls; never blocks the submitter.
 
@@ -36,9 +33,7 @@ class KubeWorker:
     moving finds a thread free at once instead of queueing behind a slow API round trip.
     """
 
-    def __init__(
-        self, threads: int = 16, *, reserved: int = 0, deliver: Deliver | None = None
-    ) -> None:
+    def __init__(self, threads: int = 16, *, deliver: Deliver, reserved: int = 0) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         if not 0 <= reserved < threads:
@@ -50,7 +45,7 @@ class KubeWorker:
         self._normal_limit = threads - reserved  # threads that may run non-urgent calls
         self._normal_running = 0
         self._cond = threading.Condition()
-        self._deliver: Deliver = deliver or _call_now
+        self._deliver = deliver
         self._stopped = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, name=f"kube-worker-{i}", daemon=True)

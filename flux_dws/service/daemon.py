@@ -161,14 +161,14 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     )
     loop.call_soon(service.start)
     loop.run()
-    if not asked_to_stop and not service.instance_gone:
+    if not asked_to_stop and not service.presence.instance_gone:
         # The reactor ended by itself: the handle's connection to the broker closed.
         log.warning("the Flux instance is gone (its connection closed); stopping")
-        service.instance_gone = True
+        service.presence.instance_gone = True
     service.stop()
     kube.close()
     notifier.close()
-    if service.instance_gone:
+    if service.presence.instance_gone:
         return EXIT_UNAVAILABLE  # said in one line already
     log.info("stopped")
     return 0

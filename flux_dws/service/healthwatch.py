@@ -110,7 +110,7 @@ class HealthMonitor:
             return Observed(rabbits, served, self.kube.read_system_status())
 
         def finished(result: Observed | None, exc: BaseException | None) -> None:
-            self.loop.call_soon(self._decide, status, result, exc)
+            self._decide(status, result, exc)  # delivered on the loop by the worker
 
         try:
             self.worker.submit(read, on_done=finished)
@@ -196,7 +196,7 @@ class HealthMonitor:
         )
 
         def finished(_result: Any, exc: BaseException | None) -> None:
-            self.loop.call_soon(done, None if exc is None else f"SystemStatus: {exc}")
+            done(None if exc is None else f"SystemStatus: {exc}")
 
         self.worker.submit(self.kube.write_system_status, patch, exists, on_done=finished)
 

@@ -1,11 +1,11 @@
-# SPDX-License-Identifier: LGPL-3.0-only
 """The service's standing with its instance: the job stream, heartbeats, standby, API alarms.
 
-A mixin of flux_dws.service.service.Service, like ActionRunner.  It keeps the service's side of the
-presence protocol (doc/protocol.rst): the ``watch`` stream and its reconnections, one
-heartbeat every ``[dws] heartbeat`` carrying the report `flux dws status` shows, waiting as a
-standby while another service is active, stopping for good when the Flux instance is gone,
-and the ``[dws] api-alarm`` raised when the Kubernetes API stays unreachable.
+A part of flux_dws.service.service.Service, given what it needs in its constructor.  It
+keeps the service's side of the presence protocol (doc/protocol.rst): the ``watch`` stream
+and its reconnections, one heartbeat every ``[dws] heartbeat`` carrying the report `flux dws
+status` shows, waiting as a standby while another service is active, stopping for good when
+the Flux instance is gone, and the ``[dws] api-alarm`` raised when the Kubernetes API stays
+unreachable.
 """
 
 from __future__ import annotations
@@ -16,17 +16,13 @@ import os
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from flux_dws.base.fsd import format_fsd
+from flux_dws.base.loop import Loop, Timer
+from flux_dws.core.policy import Policy
+from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.transport import RpcError
-
-if TYPE_CHECKING:
-    from flux_dws.base.loop import Loop, Timer
-    from flux_dws.core.policy import Policy
-    from flux_dws.flux.jobmanager import JobManager
-    from flux_dws.service.actions import Tracked
-    from flux_dws.service.upkeep import Upkeep
 
 log = logging.getLogger("flux-dws")
 
@@ -35,23 +31,38 @@ WATCH_RETRY_MAX = 30.0
 INSTANCE_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNREFUSED})
 ERRORS_KEPT = 10  # the last errors, for `flux dws status`
 UNLOAD_QUIET = 5.0  # seconds an unloaded plugin is not yet an error (the instance may be ending)
+RETRY_MIN = 0.5  # seconds before the first reconnection of the job stream
 
 
 class Presence:
-    """The service's job stream, heartbeats, standby role and API alarms; see the module."""
+    """The service's job stream, heartbeats, standby role and API alarms; see the module.
 
-    policy: Policy
-    loop: Loop
-    jm: JobManager
-    jobs: dict[int, Tracked]
-    upkeep: Upkeep
-    _stopped: bool
-    _records_retry: float
-    _api_alarm: Timer | None
-    _cancel_records: Callable[[], None] | None
-    reconciled_at: float | None
+    ``on_records(records, snapshot)`` gets the plugin's records; ``on_gone()`` is called once
+    the Flux instance is gone (the service stops); ``held()`` lists the jobs held now,
+    ``ready()`` says whether the first reconcile is done and ``status()`` is the one-line
+    status, for the heartbeat's report.  Call every method on the loop's thread.
+    """
 
-    def _init_presence(self) -> None:
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        loop: Loop,
+        jm: JobManager,
+        on_records: Callable[[list[dict[str, Any]], bool], None],
+        on_gone: Callable[[], None],
+        held: Callable[[], list[int]],
+        ready: Callable[[], bool],
+        status: Callable[[], str],
+    ) -> None:
+        self.policy = policy
+        self.loop = loop
+        self.jm = jm
+        self._deliver = on_records
+        self._on_gone = on_gone
+        self._held = held
+        self._ready = ready
+        self._status = status
         self.instance_gone = False  # the Flux instance went away: this one stopped
         self.role = "starting"  # then "active", or "standby" while another service is active
         self.peer = ""  # the active service, as the plugin described it to a standby
@@ -60,12 +71,21 @@ class Presence:
         self.api_down_since: float | None = None
         self.errors: deque[tuple[float, str]] = deque(maxlen=ERRORS_KEPT)
         self._unloaded_since: float | None = None  # the job stream ends with ENOSYS since
+        self._records_retry = RETRY_MIN
+        self._api_alarm: Timer | None = None
+        self._cancel_records: Callable[[], None] | None = None
+        self._stopped = False
 
-    def stop(self) -> None:  # the service's own
-        raise NotImplementedError
+    def start(self) -> None:
+        self._watch_records()
+        self._heartbeat()
 
-    def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
-        raise NotImplementedError  # the service's own
+    def stop(self) -> None:
+        self._stopped = True
+        if self._cancel_records:
+            self._cancel_records()
+        if self._api_alarm:
+            self._api_alarm.cancel()
 
     def _heartbeat(self) -> None:
         if self._stopped:
@@ -91,8 +111,8 @@ class Presence:
             "host": socket.gethostname(),
             "started": self.started_at,
             "role": self.role,
-            "ready": self.reconciled_at is not None,
-            "status": self.upkeep.status_line(),
+            "ready": self._ready(),
+            "status": self._status(),
             "api": {"reachable": self.api_down_since is None, "since": self.api_down_since},
             "errors": [[when, text] for when, text in self.errors],
         }
@@ -106,6 +126,18 @@ class Presence:
             on_standby=self._on_standby,
             on_standby_waiting=self._on_standby_waiting,
         )
+
+    def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
+        self._records_retry = RETRY_MIN
+        self._unloaded_since = None
+        if snapshot and self.role != "active":
+            log.info(
+                "active: this service (pid %d) is the active flux-dws service for this instance%s",
+                os.getpid(),
+                f", taking over from {self.peer}" if self.role == "standby" else "",
+            )
+            self.role = "active"
+        self._deliver(records, snapshot)
 
     def _on_standby_waiting(self, standby: dict[str, Any]) -> None:
         log.info(
@@ -132,8 +164,7 @@ class Presence:
             return
         log.warning("the Flux instance is gone (%s); stopping", error.message)
         self.instance_gone = True
-        self.stop()
-        self.loop.stop()
+        self._on_gone()
 
     def note_error(self, message: str) -> None:
         """Keep ``message`` among the last errors `flux dws status` shows."""
@@ -169,8 +200,8 @@ class Presence:
         )
 
     def api_health(self, connected: bool, since: float, why: str = "") -> None:
-        """Requests found the API reachable or not (flux_dws.service.upkeep): alarm if it stays
-        down."""
+        """Requests found the API reachable or not (flux_dws.service.upkeep): alarm if it
+        stays down."""
         if connected:
             if self.api_down_since is not None:
                 log.info("Kubernetes API reachable again; carrying on")
@@ -186,7 +217,7 @@ class Presence:
             "Kubernetes API unreachable (%s); %d job(s) stay held, none is killed; "
             "alarm if still down in %s",
             why or "no answer",
-            len(self.jobs),
+            len(self._held()),
             format_fsd(self.policy.api_alarm),
         )
         self._api_alarm = self.loop.call_at(since + self.policy.api_alarm, self._raise_api_alarm)
@@ -195,7 +226,7 @@ class Presence:
         since = self.api_down_since
         if since is None:
             return
-        held = [t.jobid for t in self.jobs.values() if t.record is not None]
+        held = self._held()
         self.note_error(
             f"Kubernetes API unreachable for more than {format_fsd(self.policy.api_alarm)}"
         )

@@ -6,6 +6,12 @@ worker pool and the workflow watch on its own thread, and both hand their result
 loop, so a slow API call never holds up another job.  Each job's actions run one after
 another (a job never has two chains in flight); jobs proceed independently.
 
+The service is composed of parts, each given its dependencies in its constructor: the action
+executor (flux_dws.service.executor, with the handlers that flux_dws.service.dispatch names),
+the failure rules, presence (the job stream, heartbeats, standby), upkeep (the housekeeping
+tick) and the health monitor.  This module keeps the loop's own work: observations in,
+decisions, action chains and the Proposal window.
+
 The service remembers nothing that matters: records come from the jobtap plugin (with every
 dws-* event flux-dws posted on the job), workflows from Kubernetes.  What it keeps in memory
 is a cache of those, plus what it read from Proposal, which it reads again after a restart.
@@ -14,39 +20,39 @@ is a cache of those, plus what it read from Proposal, which it reads again after
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from flux_dws.base.loop import Loop, Timer
+from flux_dws.base.jobid import f58
+from flux_dws.base.loop import Loop
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.lifecycle import JobPhase
 from flux_dws.core.policy import Policy
 from flux_dws.core.reconcile import startup_order
-from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
-from flux_dws.service.actions import RETRY_MAX, RETRY_MIN, ActionRunner, Halt, Tracked, _name
+from flux_dws.service import dispatch
+from flux_dws.service.executor import ActionExecutor, name_of
+from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
+from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.presence import Presence
-from flux_dws.service.recording import RecordRunner
 from flux_dws.service.upkeep import Upkeep
 
 log = logging.getLogger("flux-dws")
 
 
-def worker_for(policy: Policy) -> KubeWorker:
+def worker_for(policy: Policy, loop: Loop) -> KubeWorker:
     """The pool for Kubernetes calls: ``[dws] api-threads``, of which a third (at least one)
-    may take non-urgent calls and the rest only a job's next step.
+    may take non-urgent calls and the rest only a job's next step; results come back on
+    ``loop``.
 
     Few threads on purpose: a thread holding its answer competes with the event loop for
     Python's GIL, so with a quick API server more threads make every decision wait
@@ -54,20 +60,12 @@ def worker_for(policy: Policy) -> KubeWorker:
     9 ms, 3 gave 6 ms, at about the same throughput).  A slow API server wants more.
     """
     normal = max(1, policy.api_threads // 3)
-    return KubeWorker(policy.api_threads, reserved=policy.api_threads - normal)
+    return KubeWorker(
+        policy.api_threads, reserved=policy.api_threads - normal, deliver=loop.call_soon
+    )
 
 
-@dataclass
-class Metrics:
-    """Figures for benchmarks and `flux dws` status: reactions and requests."""
-
-    # (next state, seconds from the observation that allowed it to the patch being sent)
-    reactions: list[tuple[State, float]] = field(default_factory=list)
-    actions: Counter[str] = field(default_factory=Counter)
-    failures: Counter[str] = field(default_factory=Counter)
-
-
-class Service(Presence, RecordRunner, ActionRunner):
+class Service:
     """Drive every #DW job's workflow; see the module docstring."""
 
     def __init__(
@@ -78,7 +76,6 @@ class Service(Presence, RecordRunner, ActionRunner):
         jobmanager: JobManager,
         kube: KubeClient,
         owner_uid: int,
-        worker: KubeWorker | None = None,
         nodes: NodeControl | None = None,
         notifier: Notifier | None = None,
     ) -> None:
@@ -87,17 +84,12 @@ class Service(Presence, RecordRunner, ActionRunner):
         self.jm = jobmanager
         self.kube = kube
         self.owner_uid = owner_uid
-        self.worker = worker or worker_for(policy)
+        self.worker = worker_for(policy, loop)
         self.jobs: dict[int, Tracked] = {}
         self.metrics = Metrics()
         self.synced = False  # the plugin's snapshot has arrived
         self.listed = False  # the first list of our workflows has been delivered
-        self._api_alarm: Timer | None = None
         self._watch: WorkflowWatch | None = None
-        self._cancel_records: Callable[[], None] | None = None
-        self._records_retry = RETRY_MIN
-        self._rabbits: dict[str, str] | None = None
-        self._gids: dict[int, int] = {}
         self._stopped = False
         # Watch events waiting for the loop, newest per workflow: under a backlog only the
         # latest version of each workflow is worth parsing and deciding on.
@@ -105,17 +97,45 @@ class Service(Presence, RecordRunner, ActionRunner):
         self._inbox_lock = threading.Lock()
         self._inbox_queued = False
         self.window = ProposalWindow(policy.max_proposals)
-        self.superseded = False  # another service took the job stream: this one stopped
+        self.reconciled_at: float | None = None  # the first full decision pass
+        self.last_reconcile = 0.0  # seconds the last full pass took on the loop
         # rabbit and node health (service.healthwatch); None where Flux's nodes are not ours
         self.health: HealthMonitor | None = None
         if nodes is not None:
             self.health = HealthMonitor(
                 policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
             )
-        self.reconciled_at: float | None = None  # the first full decision pass
-        self.last_reconcile = 0.0  # seconds the last full pass took on the loop
-        self._init_presence()
-        self.upkeep = Upkeep(self, notifier)
+        self.presence = Presence(
+            policy=policy,
+            loop=loop,
+            jm=jobmanager,
+            on_records=self._on_records,
+            on_gone=self._instance_gone,
+            held=self.held_jobs,
+            ready=lambda: self.reconciled_at is not None,
+            status=lambda: self.upkeep.status_line(),
+        )
+        self.upkeep = Upkeep(
+            policy=policy,
+            loop=loop,
+            kube=kube,
+            worker=self.worker,
+            presence=self.presence,
+            watched=self,
+            notifier=notifier,
+        )
+        self.executor = ActionExecutor(
+            policy=policy,
+            loop=loop,
+            worker=self.worker,
+            kube=kube,
+            jm=jobmanager,
+            rules=FailureRules(policy),
+            metrics=self.metrics,
+            kick=self._kick,
+            note_error=self.presence.note_error,
+            health=self.health,
+        )
 
     # ------------------------------------------------------------------ start / stop
 
@@ -128,8 +148,7 @@ class Service(Presence, RecordRunner, ActionRunner):
             on_listed=lambda: self.loop.call_soon(self._on_listed),
         )
         self._watch.start()
-        self._watch_records()
-        self._heartbeat()
+        self.presence.start()
         if self.health is not None:
             self.health.start()
         self.upkeep.start()
@@ -139,8 +158,7 @@ class Service(Presence, RecordRunner, ActionRunner):
         if not self._stopped:
             self.upkeep.stop("stopping")
         self._stopped = True
-        if self._cancel_records:
-            self._cancel_records()
+        self.presence.stop()
         if self._watch:
             self._watch.stop()
         if self.health is not None:
@@ -150,18 +168,27 @@ class Service(Presence, RecordRunner, ActionRunner):
             if tracked.timer:
                 tracked.timer.cancel()
 
+    def _instance_gone(self) -> None:
+        self.stop()
+        self.loop.stop()
+
+    # ------------------------------------------------------------------ what upkeep reads
+
+    def held_jobs(self) -> list[int]:
+        """The jobs the plugin holds now."""
+        return [t.jobid for t in self.jobs.values() if t.record is not None]
+
+    def watch_counts(self) -> tuple[int, int]:
+        """The workflow watch's restarts and re-lists."""
+        watch = self._watch
+        return (watch.restarts, watch.relists) if watch else (0, 0)
+
+    def proposals_waiting(self) -> int:
+        return len(self.window.waiting)
+
     # ------------------------------------------------------------------ observations
 
     def _on_records(self, records: list[dict[str, Any]], snapshot: bool) -> None:
-        self._records_retry = RETRY_MIN
-        self._unloaded_since = None
-        if snapshot and self.role != "active":
-            log.info(
-                "active: this service (pid %d) is the active flux-dws service for this instance%s",
-                os.getpid(),
-                f", taking over from {self.peer}" if self.role == "standby" else "",
-            )
-            self.role = "active"
         if snapshot:
             held = {int(r["id"]) for r in records}
             for jobid, tracked in list(self.jobs.items()):
@@ -241,7 +268,7 @@ class Service(Presence, RecordRunner, ActionRunner):
             log.warning(
                 "workflow %s carries this instance's label but its name, %s label or "
                 "spec.jobID disagree; leaving it alone",
-                _name(obj),
+                name_of(obj),
                 JOBID_LABEL,
             )
             return
@@ -281,7 +308,11 @@ class Service(Presence, RecordRunner, ActionRunner):
     def view(self, tracked: Tracked) -> lc.JobView | None:
         """The JobView for a tracked job (GONE for an orphan); None until both the job snapshot
         and the first workflow list are in, since either alone could make a job look orphaned
-        or its workflow look vanished."""
+        or its workflow look vanished.
+
+        The owner's primary group is the one found earlier, or -1: the lookup itself (which
+        may block on NSS) runs on a worker when the workflow is to be created.
+        """
         if not (self.synced and self.listed):
             return None
         if tracked.record is None:
@@ -291,7 +322,7 @@ class Service(Presence, RecordRunner, ActionRunner):
         return job_view(
             tracked.record,
             tracked.request,
-            groupid=self._groupid(int(tracked.record["userid"])),
+            groupid=self.executor.gids.get(int(tracked.record["userid"]), -1),
             proposal=tracked.proposal,
             failures=tracked.failures,
         )
@@ -315,13 +346,47 @@ class Service(Presence, RecordRunner, ActionRunner):
         if not self._in_window(tracked, job, chain):
             return
         if chain:
+            seen = Seen(job, tracked.workflow, tracked.raw, tracked.observed)
             tracked.busy, tracked.dirty = True, False
-            self._run_chain(tracked, chain, 0)
+            self._run_chain(tracked, chain, seen, 0)
+
+    def _unreadable(self, tracked: Tracked) -> bool:
+        """True (hold the job) while its workflow's latest version cannot be read.
+
+        Such a workflow is neither gone nor understood: deciding from it could fail the job
+        or leak its storage, so nothing is done until a readable version arrives.  The admin
+        (log) and the job (a dws-workflow-unreadable event) are told once per problem.
+        """
+        if not tracked.unreadable:
+            tracked.alarmed = ""
+            return False
+        if tracked.timer:
+            tracked.timer.cancel()
+            tracked.timer = None
+        # A held job keeps no Proposal slot ([dws] max-proposals): the others go on.  It takes
+        # one again (even past the limit) once its workflow can be read.
+        self._wake(self.window.leave(tracked.jobid))
+        if tracked.alarmed != tracked.unreadable:
+            tracked.alarmed = tracked.unreadable
+            name = name_of(tracked.raw or {})
+            log.error(
+                "job %s workflow %s: cannot read the workflow: %s; the job stays held and the "
+                "workflow is kept until a readable version arrives (fix the object, or "
+                "upgrade flux-dws if DWS added a value)",
+                f58(tracked.jobid),
+                name,
+                tracked.unreadable,
+            )
+            if tracked.record is not None:
+                context = {"workflow": name, "problem": tracked.unreadable}
+                self.jm.post(tracked.jobid, "dws-workflow-unreadable", context, _ignore)
+        return True
 
     def _forget(self, tracked: Tracked) -> None:
         if tracked.timer:
             tracked.timer.cancel()
         self.jobs.pop(tracked.jobid, None)
+        self.executor.forget(tracked.jobid)
         self._wake(self.window.leave(tracked.jobid))
 
     def _in_window(self, tracked: Tracked, job: lc.JobView, chain: list[Any]) -> bool:
@@ -335,9 +400,9 @@ class Service(Presence, RecordRunner, ActionRunner):
             if not window.ask(jobid):
                 if len(window.waiting) == 1:
                     log.info(
-                        "job %d: %d workflow(s) in Proposal ([dws] max-proposals); new #DW "
+                        "job %s: %d workflow(s) in Proposal ([dws] max-proposals); new #DW "
                         "jobs wait in DEPEND, in submit order, for a slot",
-                        jobid,
+                        f58(jobid),
                         len(window.holders),
                     )
                 return False
@@ -351,7 +416,7 @@ class Service(Presence, RecordRunner, ActionRunner):
         for jobid in jobids:
             self.loop.call_soon(self._kick, jobid)
 
-    def _run_chain(self, tracked: Tracked, chain: list[Any], index: int) -> None:
+    def _run_chain(self, tracked: Tracked, chain: list[Any], seen: Seen, index: int) -> None:
         if index == len(chain):
             tracked.busy, tracked.retry, tracked.failing_since = False, 0.0, None
             if tracked.dirty:
@@ -363,28 +428,27 @@ class Service(Presence, RecordRunner, ActionRunner):
 
         def done(error: str | Halt | None) -> None:
             if error is None:
-                self._run_chain(tracked, chain, index + 1)
+                self._run_chain(tracked, chain, seen, index + 1)
             elif isinstance(error, Halt):
                 tracked.dirty = True
-                self._run_chain(tracked, chain, len(chain))
+                self._run_chain(tracked, chain, seen, len(chain))
             else:
                 self._chain_failed(tracked, name, error)
 
-        handler = getattr(self, f"_do_{name}")
         try:
-            handler(tracked, action, done)
+            dispatch.run(self.executor, tracked, action, seen, done)
         except Exception as exc:  # a bug must not wedge the job: log and retry later
-            log.exception("job %d: %s raised", tracked.jobid, name)
+            log.exception("job %s: %s raised", f58(tracked.jobid), name)
             self._chain_failed(tracked, name, str(exc))
 
     def _chain_failed(self, tracked: Tracked, name: str, error: str) -> None:
         self.metrics.failures[name] += 1
-        self.note_error(f"job {tracked.jobid}: {name} failed: {error}")
-        tracked.retry = min(max(tracked.retry * 2, RETRY_MIN), RETRY_MAX)
+        self.presence.note_error(f"job {f58(tracked.jobid)}: {name} failed: {error}")
+        tracked.retry = backoff(tracked.retry)
         log.warning(
-            "job %d workflow %s: %s failed: %s; retrying in %.1fs",
-            tracked.jobid,
-            self._wf_name(tracked),
+            "job %s workflow %s: %s failed: %s; retrying in %.1fs",
+            f58(tracked.jobid),
+            self.executor.workflow_name(tracked),
             name,
             error,
             tracked.retry,
@@ -393,6 +457,10 @@ class Service(Presence, RecordRunner, ActionRunner):
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+
+def _ignore(_response: Any, _error: Any) -> None:
+    """An answer nobody waits for (an alarm event: the log line already said it)."""
 
 
 __all__ = ["Service", "Metrics", "Tracked"]

@@ -18,20 +18,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
+from flux_dws.base.loop import Loop
+from flux_dws.core.policy import Policy
 from flux_dws.core.status import job_summary
+from flux_dws.k8s import KubeClient, KubeWorker
 from flux_dws.service.apihealth import ApiHealth
+from flux_dws.service.jobs import Metrics, Tracked
 from flux_dws.service.metrics import PromMetrics, Snapshot
 from flux_dws.service.notify import Notifier
-
-if TYPE_CHECKING:
-    from flux_dws.service.service import Service
+from flux_dws.service.presence import Presence
 
 log = logging.getLogger("flux-dws")
 
 TICK = 1.0  # seconds between ticks, unless the watchdog wants pings more often
-REACTIONS_KEPT = 100_000  # in-memory reaction times (service.Metrics) kept for benchmarks
+REACTIONS_KEPT = 100_000  # in-memory reaction times (jobs.Metrics) kept for benchmarks
 BIND_RETRY_TICKS = 30  # a metrics address in use (by the active service) is tried again
 
 
@@ -50,19 +53,48 @@ class RequestHub:
             self.metrics.request(verb, code, attempt)
 
 
+class Watched(Protocol):
+    """What upkeep reads of the service, and nothing more."""
+
+    jobs: Mapping[int, Tracked]
+    metrics: Metrics
+    reconciled_at: float | None
+    last_reconcile: float
+
+    def inbox_depth(self) -> int: ...
+
+    def watch_counts(self) -> tuple[int, int]: ...
+
+    def proposals_waiting(self) -> int: ...
+
+
 class Upkeep:
     """The tick; see the module docstring.  Start and stop it on the loop's thread."""
 
-    def __init__(self, service: Service, notifier: Notifier | None = None) -> None:
-        self.service = service
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        loop: Loop,
+        kube: KubeClient,
+        worker: KubeWorker,
+        presence: Presence,
+        watched: Watched,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.policy = policy
+        self.loop = loop
+        self.kube = kube
+        self.worker = worker
+        self.presence = presence
+        self.watched = watched
         self.notifier = notifier or Notifier()
-        self.metrics = PromMetrics() if service.policy.metrics_address else None
-        policy = service.policy
-        self.health = ApiHealth(overdue=min(service.kube.timeout, policy.api_alarm / 2))
-        service.kube.observer = RequestHub(self.health, self.metrics)
+        self.metrics = PromMetrics() if policy.metrics_address else None
+        self.health = ApiHealth(overdue=min(kube.timeout, policy.api_alarm / 2))
+        kube.observer = RequestHub(self.health, self.metrics)
         wd = self.notifier.watchdog
         self.period = min(TICK, wd / 3) if wd else TICK
-        self.probe_after = min(service.policy.heartbeat, service.policy.api_alarm / 2)
+        self.probe_after = min(policy.heartbeat, policy.api_alarm / 2)
         self._probing = False
         self._reachable = True
         self._ready_sent = False
@@ -72,10 +104,10 @@ class Upkeep:
 
     def start(self) -> None:
         self._serve_metrics()
-        self.service.loop.call_soon(self._tick)
+        self.loop.call_soon(self._tick)
 
     def _serve_metrics(self, quiet: bool = False) -> None:
-        address = self.service.policy.metrics_address
+        address = self.policy.metrics_address
         if self.metrics is not None and address and self.metrics.address is None:
             self.metrics.serve(address, quiet=quiet)
 
@@ -98,11 +130,11 @@ class Upkeep:
                 self._serve_metrics(quiet=True)  # a standby whose active one held the port
             self.metrics.refresh(self.snapshot())
         self._trim_reactions()
-        self.service.loop.call_later(self.period, self._tick)
+        self.loop.call_later(self.period, self._tick)
 
     def _trim_reactions(self) -> None:
         """Keep the in-memory reaction list bounded in a service that runs for months."""
-        reactions = self.service.metrics.reactions
+        reactions = self.watched.metrics.reactions
         if len(reactions) > REACTIONS_KEPT:
             dropped = len(reactions) - REACTIONS_KEPT // 2
             del reactions[:dropped]
@@ -114,8 +146,8 @@ class Upkeep:
         if verdict.reachable != self._reachable:
             self._reachable = verdict.reachable
             if not verdict.reachable:
-                self.service.note_error(f"Kubernetes API unreachable: {verdict.why}")
-            self.service.api_health(verdict.reachable, verdict.since or time.time(), verdict.why)
+                self.presence.note_error(f"Kubernetes API unreachable: {verdict.why}")
+            self.presence.api_health(verdict.reachable, verdict.since or time.time(), verdict.why)
 
     def _probe(self) -> None:
         if self._probing or self.health.idle_for() < self.probe_after:
@@ -125,12 +157,11 @@ class Upkeep:
         def done(_result: Any, _error: BaseException | None) -> None:
             self._probing = False  # the outcome went to self.health through the observer
 
-        self.service.worker.submit(self.service.kube.ping, on_done=done)
+        self.worker.submit(self.kube.ping, on_done=done)
 
     def _tell_systemd(self) -> None:
-        service = self.service
         if not self._ready_sent and (
-            service.reconciled_at is not None or service.role == "standby"
+            self.watched.reconciled_at is not None or self.presence.role == "standby"
         ):
             self._ready_sent = True
             self.notifier.ready(self.status_line())
@@ -142,43 +173,43 @@ class Upkeep:
 
     def status_line(self) -> str:
         """What systemctl status shows: role, jobs, API health."""
-        service = self.service
-        if service.role == "standby":
-            return f"standby: {service.peer or 'another service'} is active"
-        if service.reconciled_at is None:
+        presence, watched = self.presence, self.watched
+        if presence.role == "standby":
+            return f"standby: {presence.peer or 'another service'} is active"
+        if watched.reconciled_at is None:
             return "starting: waiting for the job snapshot and the workflow list"
-        held = sum(1 for t in service.jobs.values() if t.record is not None)
+        held = sum(1 for t in watched.jobs.values() if t.record is not None)
         api = "API reachable" if self._reachable else "API UNREACHABLE"
         return f"active: {held} #DW job(s) held; {api}"
 
     def snapshot(self) -> Snapshot:
-        service = self.service
+        presence, watched = self.presence, self.watched
         phases: Counter[str] = Counter()
         states: Counter[str] = Counter()
-        for tracked in service.jobs.values():
+        for tracked in watched.jobs.values():
             if tracked.record is not None:
                 phases[str(tracked.record.get("phase"))] += 1
             if tracked.workflow is not None and tracked.workflow.state is not None:
                 states[tracked.workflow.state.value] += 1
-        records = [t.record for t in service.jobs.values() if t.record is not None]
+        records = [t.record for t in watched.jobs.values() if t.record is not None]
         summary = job_summary(records, time.time())
-        watch = service._watch  # noqa: SLF001 (the service's own part)
-        worker = service.worker
+        restarts, relists = watched.watch_counts()
+        heartbeat = presence.heartbeat_ok
         return Snapshot(
-            active=service.role == "active",
+            active=presence.role == "active",
             phases=phases,
             states=states,
             overdue={row.state: row.overdue for row in summary if row.overdue},
-            reactions=service.metrics.reactions,
-            failures=service.metrics.failures,
-            watch_restarts=watch.restarts if watch else 0,
-            watch_relists=watch.relists if watch else 0,
-            api_down_since=service.api_down_since,
-            heartbeat_age=time.time() - service.heartbeat_ok if service.heartbeat_ok else -1.0,
+            reactions=watched.metrics.reactions,
+            failures=watched.metrics.failures,
+            watch_restarts=restarts,
+            watch_relists=relists,
+            api_down_since=presence.api_down_since,
+            heartbeat_age=time.time() - heartbeat if heartbeat else -1.0,
             queues={
-                "kube": worker.queued() if hasattr(worker, "queued") else 0,
-                "inbox": service.inbox_depth(),
-                "proposal": len(service.window.waiting),
+                "kube": self.worker.queued(),
+                "inbox": watched.inbox_depth(),
+                "proposal": watched.proposals_waiting(),
             },
-            reconcile=service.last_reconcile,
+            reconcile=watched.last_reconcile,
         )

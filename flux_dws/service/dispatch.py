@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""Which code carries out each lifecycle action: one explicit table.
+
+Every action type of flux_dws.core.lifecycle has exactly one handler here, checked when this
+module is imported, so an action added to the core without its handler stops the service from
+starting rather than failing a job later.  ``WakeAt`` is the loop's own (a timer), not an
+action for the executor.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from flux_dws.core import lifecycle as lc
+from flux_dws.service import actions, recording
+from flux_dws.service.executor import ActionExecutor
+from flux_dws.service.jobs import Done, Seen, Tracked
+
+Handler = Callable[[ActionExecutor, Tracked, Any, Seen, Done], None]
+
+HANDLERS: Mapping[type, Handler] = {
+    lc.CreateWorkflow: actions.create_workflow,
+    lc.SetDesiredState: actions.set_desired_state,
+    lc.ReadProposal: actions.read_proposal,
+    lc.ReleaseDependency: actions.release_dependency,
+    lc.FinishProlog: actions.finish_prolog,
+    lc.FinishEpilog: actions.finish_epilog,
+    lc.RaiseException: actions.raise_exception,
+    lc.PostEvent: actions.post_event,
+    lc.RecordCopies: recording.record_copies,
+    lc.SaveOutput: recording.save_output,
+    lc.DeleteWorkflow: actions.delete_workflow,
+    lc.ReadFailures: actions.read_failures,
+    lc.DrainNodes: actions.drain_nodes,
+    lc.ForceReady: actions.force_ready,
+}
+#: Actions the loop itself handles.
+LOOP_ACTIONS = frozenset({lc.WakeAt})
+
+
+def _check(handlers: Mapping[type, Handler]) -> None:
+    """Raise ImportError unless ``handlers`` covers exactly the core's action types."""
+    declared = set(typing.get_args(lc.Action)) - LOOP_ACTIONS
+    missing = sorted(t.__name__ for t in declared - set(handlers))
+    unknown = sorted(t.__name__ for t in set(handlers) - declared)
+    if missing or unknown:
+        raise ImportError(
+            "flux_dws.service.dispatch: "
+            + "; ".join(
+                part
+                for part in (
+                    f"no handler for {', '.join(missing)}" if missing else "",
+                    f"handlers for unknown actions {', '.join(unknown)}" if unknown else "",
+                )
+                if part
+            )
+        )
+
+
+_check(HANDLERS)
+
+
+def run(executor: ActionExecutor, tracked: Tracked, action: Any, seen: Seen, done: Done) -> None:
+    """Carry out ``action`` for ``tracked``; ``done`` says how it ended."""
+    HANDLERS[type(action)](executor, tracked, action, seen, done)

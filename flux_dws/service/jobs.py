@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""What the service keeps in memory about each job, and the shapes its parts share.
+
+All of it is touched on the loop's thread only: worker threads hand their results to the loop
+(flux_dws.k8s.worker delivers them there), never write here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+
+from flux_dws.base.loop import Timer
+from flux_dws.core import lifecycle as lc
+from flux_dws.core.health import Failures
+from flux_dws.core.lifecycle import ProposalInfo
+from flux_dws.core.request import DwRequest
+from flux_dws.core.states import State
+from flux_dws.core.workflow import WorkflowView
+
+
+class Halt:
+    """What an action reports when it ended the job's chain on purpose (it failed the job):
+    the rest of the chain was decided for a job that no longer exists as such."""
+
+
+HALT = Halt()
+#: An action's outcome: None (go on), a one-line error (retry later), or HALT (decide again).
+Done = Callable[[Union[str, Halt, None]], None]
+
+
+@dataclass
+class Tracked:
+    """What the service knows about one job (or one orphaned workflow)."""
+
+    jobid: int
+    record: dict[str, Any] | None = None
+    workflow: WorkflowView | None = None
+    raw: dict[str, Any] | None = None
+    proposal: ProposalInfo | None = None
+    failures: Failures | None = None  # which nodes failed Setup/PreRun (lc.ReadFailures)
+    request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
+    deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
+    posting: dict[str, dict[str, Any]] = field(default_factory=dict)  # events not yet answered
+    busy: bool = False  # an action chain is in flight
+    dirty: bool = False  # something changed while busy: decide again after
+    timer: Timer | None = None
+    retry: float = 0.0
+    observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
+    failing_since: float | None = None  # loop time a chain's call first failed (transient)
+    patch_failing_since: float | None = None  # the same for desiredState patches
+    async_retry: float = 0.0  # backoff of the calls sent outside the chain (patches, posts)
+    unreadable: str = ""  # why the latest version of the workflow could not be read
+    alarmed: str = ""  # the unreadable problem already reported
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The inputs a decision was made from, carried with each action of its chain.
+
+    An executor acts on these, not on the job's live entry: the workflow view and the
+    Proposal it reads are the ones ``decide()`` saw, even if newer ones arrive while the chain
+    runs (the next decision sees those).  All of it is immutable, or replaced whole.
+    """
+
+    job: lc.JobView
+    workflow: WorkflowView | None
+    raw: Mapping[str, Any] | None  # the workflow object ``workflow`` was read from
+    observed: float  # monotonic time of the observation that led to the decision
+
+
+@dataclass
+class Metrics:
+    """Figures for benchmarks and `flux dws` status: reactions, actions and failures."""
+
+    # (next state, seconds from the observation that allowed it to the patch being sent)
+    reactions: list[tuple[State, float]] = field(default_factory=list)
+    actions: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
+
+
+class Attempts:
+    """How many times in a row one kind of read failed for one job (record reads, which are
+    given up after ``limit`` failures in a row so the job goes on without them).
+
+    Keys are (job, what): each state's copies count apart from the other's.  A success
+    clears the count; a job the service forgets takes its counts with it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._failed: dict[tuple[int, str], int] = {}
+
+    def failed(self, jobid: int, what: str) -> bool:
+        """Count one more failure of ``what``; True (and the count cleared) at the limit."""
+        key = (jobid, what)
+        count = self._failed.get(key, 0) + 1
+        if count < self.limit:
+            self._failed[key] = count
+            return False
+        self._failed.pop(key, None)
+        return True
+
+    def succeeded(self, jobid: int, what: str) -> None:
+        self._failed.pop((jobid, what), None)
+
+    def forget(self, jobid: int) -> None:
+        for key in [k for k in self._failed if k[0] == jobid]:
+            del self._failed[key]
+
+    def __len__(self) -> int:
+        return len(self._failed)
