@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""The dws jobtap plugin, in Python: what jobtap/dws-jobtap.c does inside the job-manager.
+"""The dws jobtap plugin, in Python: what jobtap/ (dws-jobtap.so) does inside the job-manager.
 
 It holds #DW jobs at DEPEND (dependency ``dws``), in the prolog and in the epilog (actions
 ``dws``), describes them as job records, and serves ``job-manager.dws.*`` exactly as
