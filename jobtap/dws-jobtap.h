@@ -154,7 +154,6 @@ int fail (struct rpc_error *err, int errnum, const char *fmt, ...)
     __attribute__ ((format (printf, 3, 4)));
 const char *f58 (flux_jobid_t id, char *buf, size_t size);
 bool streq (const char *a, const char *b);
-void py_repr (json_t *o, char *buf, size_t size);
 double reactor_now (struct plugin_ctx *ctx);
 double parse_fsd (json_t *o);
 void format_fsd (double seconds, char *buf, size_t size);

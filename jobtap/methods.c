@@ -32,6 +32,7 @@ int lookup_dw_job (struct plugin_ctx *ctx,
     json_int_t id;
     struct dwsjob *st = NULL;
     flux_plugin_arg_t *args;
+    char idbuf[32];
 
     if (!json_is_integer (o))
         return fail (err, EPROTO, "job-manager.dws.%s: id must be a job ID", method);
@@ -54,7 +55,11 @@ int lookup_dw_job (struct plugin_ctx *ctx,
             return 0;
         }
     }
-    return fail (err, ENOENT, "job %lld is not held by the dws plugin", (long long)id);
+    if (id < 0)
+        snprintf (idbuf, sizeof (idbuf), "%lld", (long long)id);
+    else
+        f58 (id, idbuf, sizeof (idbuf));
+    return fail (err, ENOENT, "job %s is not held by the dws plugin", idbuf);
 }
 
 static int release_method (struct plugin_ctx *ctx,
@@ -65,6 +70,7 @@ static int release_method (struct plugin_ctx *ctx,
                            struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
     json_t *update = json_object_get (payload, "update");
     const char *key;
     json_t *value;
@@ -84,15 +90,15 @@ static int release_method (struct plugin_ctx *ctx,
                      "job-manager.dws.release: update must map attributes.* keys"
                      " (or resources) to values");
     if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held)
-        return fail (err, EINVAL, "job %ju is not waiting for its workflow",
-                     (uintmax_t)st->id);
+        return fail (err, EINVAL, "job %s is not waiting for its workflow",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     if (update && json_object_size (update) > 0
         && flux_jobtap_jobspec_update_id_pack (ctx->p, st->id, "O", update) < 0)
-        return fail (err, errno, "job %ju: jobspec update failed: %s",
-                     (uintmax_t)st->id, strerror (errno));
+        return fail (err, errno, "job %s: jobspec update failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
     if (flux_jobtap_dependency_remove (ctx->p, st->id, PLUGIN_NAME) < 0)
-        return fail (err, errno, "job %ju: removing the dws dependency failed: %s",
-                     (uintmax_t)st->id, strerror (errno));
+        return fail (err, errno, "job %s: removing the dws dependency failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
     *response = json_object ();
     return 0;
 }
@@ -105,6 +111,7 @@ static int prolog_finish_method (struct plugin_ctx *ctx,
                                  struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
     json_t *success = json_object_get (payload, "success");
     json_t *env = json_object_get (payload, "env");
     flux_jobid_t id;
@@ -127,18 +134,19 @@ static int prolog_finish_method (struct plugin_ctx *ctx,
         return fail (err, EPROTO,
                      "job-manager.dws.prolog-finish: env must map names to strings");
     if (!st->prolog_active)
-        return fail (err, EINVAL, "job %ju has no active dws prolog", (uintmax_t)st->id);
+        return fail (err, EINVAL, "job %s has no active dws prolog",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     id = st->id;  // st may be freed by the events below
     if (json_is_true (success)
         && flux_jobtap_event_post_pack (ctx->p, id, "dws-environment", "{s:o}",
                                         "env", env ? json_incref (env)
                                                    : json_object ()) < 0)
-        return fail (err, errno, "job %ju: posting dws-environment failed: %s",
-                     (uintmax_t)id, strerror (errno));
+        return fail (err, errno, "job %s: posting dws-environment failed: %s",
+                     f58 (id, idbuf, sizeof (idbuf)), strerror (errno));
     if (flux_jobtap_prolog_finish (ctx->p, id, PLUGIN_NAME,
                                    json_is_true (success) ? 0 : 1) < 0)
-        return fail (err, errno, "job %ju: finishing the dws prolog failed: %s",
-                     (uintmax_t)id, strerror (errno));
+        return fail (err, errno, "job %s: finishing the dws prolog failed: %s",
+                     f58 (id, idbuf, sizeof (idbuf)), strerror (errno));
     *response = json_object ();
     return 0;
 }
@@ -151,18 +159,21 @@ static int epilog_finish_method (struct plugin_ctx *ctx,
                                  struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
     flux_jobid_t id;
 
     if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
         return -1;
     if (!st->epilog_active)
-        return fail (err, EINVAL, "job %ju has no active dws epilog", (uintmax_t)st->id);
+        return fail (err, EINVAL, "job %s has no active dws epilog",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     if (st->started && !st->released && !st->shells_gone)
-        return fail (err, EINVAL, "job %ju is still running its tasks", (uintmax_t)st->id);
+        return fail (err, EINVAL, "job %s is still running its tasks",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     id = st->id;
     if (flux_jobtap_epilog_finish (ctx->p, id, PLUGIN_NAME, 0) < 0)
-        return fail (err, errno, "job %ju: finishing the dws epilog failed: %s",
-                     (uintmax_t)id, strerror (errno));
+        return fail (err, errno, "job %s: finishing the dws epilog failed: %s",
+                     f58 (id, idbuf, sizeof (idbuf)), strerror (errno));
     *response = json_object ();
     return 0;
 }
@@ -175,6 +186,7 @@ static int raise_method (struct plugin_ctx *ctx,
                          struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
     json_t *type = json_object_get (payload, "type");
     json_t *severity = json_object_get (payload, "severity");
     json_t *note = json_object_get (payload, "note");
@@ -202,15 +214,16 @@ static int raise_method (struct plugin_ctx *ctx,
         return fail (err, EPROTO,
                      "job-manager.dws.raise: severity must be 0-7 and note a string");
     if (st->state == FLUX_JOB_STATE_INACTIVE)
-        return fail (err, EINVAL, "job %ju is inactive", (uintmax_t)st->id);
+        return fail (err, EINVAL, "job %s is inactive",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     if (sev == 0 && st->exception)
-        return fail (err, EINVAL, "job %ju already has a fatal %s exception",
-                     (uintmax_t)st->id,
+        return fail (err, EINVAL, "job %s already has a fatal %s exception",
+                     f58 (st->id, idbuf, sizeof (idbuf)),
                      json_string_value (json_object_get (st->exception, "type")));
     if (flux_jobtap_raise_exception (ctx->p, st->id, json_string_value (type), sev,
                                      "%s", note ? json_string_value (note) : "") < 0)
-        return fail (err, errno, "job %ju: raising the exception failed: %s",
-                     (uintmax_t)st->id, strerror (errno));
+        return fail (err, errno, "job %s: raising the exception failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
     *response = json_object ();
     return 0;
 }
@@ -223,6 +236,7 @@ static int post_method (struct plugin_ctx *ctx,
                         struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
     json_t *name = json_object_get (payload, "name");
     json_t *context = json_object_get (payload, "context");
     const char *s = json_string_value (name);
@@ -232,20 +246,23 @@ static int post_method (struct plugin_ctx *ctx,
     if (!s
         || strncmp (s, EVENT_PREFIX, strlen (EVENT_PREFIX)) != 0
         || streq (s, EVENT_PREFIX)) {
-        char repr[128];
-        py_repr (name, repr, sizeof (repr));
-        return fail (err, EINVAL, "event name %s must start with '%s'", repr, EVENT_PREFIX);
+        if (!s)
+            return fail (err, EINVAL,
+                         "job-manager.dws.post: name must be " EVENT_PREFIX "<name>");
+        return fail (err, EINVAL,
+                     "job-manager.dws.post: event name %.64s must be " EVENT_PREFIX "<name>",
+                     s);
     }
     if (context && !json_is_object (context))
         return fail (err, EPROTO, "job-manager.dws.post: context must be an object");
     if (st->state == FLUX_JOB_STATE_INACTIVE)
-        return fail (err, ENOENT, "job %ju is not held by the dws plugin",
-                     (uintmax_t)st->id);
+        return fail (err, ENOENT, "job %s is not held by the dws plugin",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     if (flux_jobtap_event_post_pack (ctx->p, st->id, s, "o",
                                      context ? json_incref (context)
                                              : json_object ()) < 0)
-        return fail (err, errno, "job %ju: posting %s failed: %s",
-                     (uintmax_t)st->id, s, strerror (errno));
+        return fail (err, errno, "job %s: posting %s failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), s, strerror (errno));
     *response = json_object ();
     return 0;
 }

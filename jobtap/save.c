@@ -87,6 +87,7 @@ int save_method (struct plugin_ctx *ctx,
                  struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
     json_t *key = json_object_get (payload, "key");
     json_t *value = json_object_get (payload, "value");
     char path[SAVE_KEY_MAX + 64];
@@ -97,20 +98,24 @@ int save_method (struct plugin_ctx *ctx,
 
     if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
         return -1;
-    if (!json_is_string (key) || !valid_save_key (json_string_value (key))) {
-        char repr[160];
-        py_repr (key, repr, sizeof (repr));
-        return fail (err, EINVAL, "key %s must be dws.<name>[.<name>...]", repr);
-    }
+    if (!json_is_string (key))
+        return fail (err, EINVAL,
+                     "job-manager.dws.save: key must be dws.<name>[.<name>...]");
+    if (!valid_save_key (json_string_value (key)))
+        return fail (err, EINVAL,
+                     "job-manager.dws.save: key %.140s must be dws.<name>[.<name>...]",
+                     json_string_value (key));
     if (!json_is_object (value))
         return fail (err, EPROTO, "job-manager.dws.save: value must be an object");
     if (st->state == FLUX_JOB_STATE_INACTIVE)
-        return fail (err, ENOENT, "job %ju is not held by the dws plugin", (uintmax_t)st->id);
+        return fail (err, ENOENT, "job %s is not held by the dws plugin",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
     if (!(text = json_dumps (value, JSON_COMPACT)))
         return fail (err, ENOMEM, "job-manager.dws.save: out of memory");
     if (strlen (text) > SAVE_VALUE_MAX) {
         free (text);
-        return fail (err, E2BIG, "job %ju: %s is larger than 64MiB", (uintmax_t)st->id,
+        return fail (err, E2BIG, "job %s: %s is larger than 64MiB",
+                     f58 (st->id, idbuf, sizeof (idbuf)),
                      json_string_value (key));
     }
     if (flux_job_kvs_key (path, sizeof (path), st->id, json_string_value (key)) < 0
@@ -133,7 +138,8 @@ error:
     save_destroy (ps);
     flux_kvs_txn_destroy (txn);
     free (text);
-    return fail (err, e, "job %ju: saving %s failed: %s", (uintmax_t)st->id,
+    return fail (err, e, "job %s: saving %s failed: %s",
+                 f58 (st->id, idbuf, sizeof (idbuf)),
                  json_string_value (key), strerror (e));
 }
 

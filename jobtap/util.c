@@ -31,50 +31,22 @@ int fail (struct rpc_error *err, int errnum, const char *fmt, ...)
     return -1;
 }
 
+/* The job ID as Flux shows it to people (f58), for log messages and error texts.
+ * errno is left as it was, so callers may format it with strerror (errno).
+ */
 const char *f58 (flux_jobid_t id, char *buf, size_t size)
 {
+    int saved_errno = errno;
+
     if (flux_job_id_encode (id, "f58", buf, size) < 0)
         snprintf (buf, size, "%ju", (uintmax_t)id);
+    errno = saved_errno;
     return buf;
 }
 
 bool streq (const char *a, const char *b)
 {
     return a && b && strcmp (a, b) == 0;
-}
-
-/* Python's repr() of a JSON value, as fakeflux's messages show it.
- */
-void py_repr (json_t *o, char *buf, size_t size)
-{
-    if (!o || json_is_null (o))
-        snprintf (buf, size, "None");
-    else if (json_is_true (o))
-        snprintf (buf, size, "True");
-    else if (json_is_false (o))
-        snprintf (buf, size, "False");
-    else if (json_is_string (o)) {
-        const char *s = json_string_value (o);
-        char quote = (strchr (s, '\'') && !strchr (s, '"')) ? '"' : '\'';
-        size_t n = 0;
-        if (size < 4) {
-            buf[0] = '\0';
-            return;
-        }
-        buf[n++] = quote;
-        for (; *s && n + 3 < size; s++) {
-            if (*s == quote || *s == '\\')
-                buf[n++] = '\\';
-            buf[n++] = *s;
-        }
-        buf[n++] = quote;
-        buf[n] = '\0';
-    }
-    else {
-        char *s = json_dumps (o, JSON_COMPACT | JSON_ENCODE_ANY);
-        snprintf (buf, size, "%s", s ? s : "?");
-        free (s);
-    }
 }
 
 double reactor_now (struct plugin_ctx *ctx)
