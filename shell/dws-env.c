@@ -1,3 +1,10 @@
+/************************************************************\
+ * This file is part of flux-dws, the Flux adapter for HPE DWS.
+ * For details, see doc/protocol.rst and doc/architecture.rst.
+ *
+ * SPDX-License-Identifier: LGPL-3.0-only
+\************************************************************/
+
 /* dws-env: give every task of a #DW job the environment of its DWS workflow.
  *
  * When the workflow's PreRun is ready, the dws jobtap plugin posts a

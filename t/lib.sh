@@ -20,6 +20,7 @@
 #   dws_load_plugin [KEY=VAL...]  flux jobtap load the freshly built dws-jobtap.so
 #   dws_remove_plugin             flux jobtap remove it
 #   dws_dec JOBID                 a job ID as the decimal integer the protocol uses
+#   dws_f58 JOBID                 a job ID as the plugin writes it in messages (f58)
 #   dws_rpc METHOD [JSON]         one job-manager.dws.METHOD request: prints the response,
 #                                 or "error: ERRNO: message" and fails
 #   dws_expect TABLE              requests and their answers, one per line:
@@ -184,6 +185,10 @@ dws_remove_plugin() {
 
 dws_dec() {
     flux job id --to=dec "$1"
+}
+
+dws_f58() {
+    flux job id --to=f58 "$1"
 }
 
 # The Python side of the helpers: plain flux bindings, nothing from flux_dws.

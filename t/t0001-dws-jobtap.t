@@ -130,7 +130,7 @@ test_expect_success 'a job without dw runs unheld and is not listed' '
     test_cmp plain.expected plain.names &&
     dws_rpc list >plain.list &&
     test_cmp empty.expected plain.list &&
-    rpc_fails ENOENT "job $(dws_dec $plain) is not held by the dws plugin" \
+    rpc_fails ENOENT "job $(dws_f58 $plain) is not held by the dws plugin" \
         post "{\"id\": $(dws_dec $plain), \"name\": \"dws-state\", \"context\": {}}"
 '
 
@@ -173,21 +173,23 @@ test_expect_success 'a non-fatal exception changes nothing' '
 
 test_expect_success 'malformed requests get EPROTO/EINVAL/ENOENT/ENOSYS, the job untouched' '
     id=$(dws_dec $waiting) &&
+    fid=$(dws_f58 $waiting) &&
+    nobody=$(dws_f58 12345) &&
     cat >malformed.tsv <<-EOF &&
-	post	{"id": $id, "name": "state", "context": {}}	EINVAL: event name '"'"'state'"'"' must start with '"'"'dws-'"'"'
-	post	{"id": $id, "name": "dws-", "context": {}}	EINVAL: event name '"'"'dws-'"'"' must start with '"'"'dws-'"'"'
-	post	{"id": $id}	EINVAL: event name None must start with '"'"'dws-'"'"'
+	post	{"id": $id, "name": "state", "context": {}}	EINVAL: job-manager.dws.post: event name state must be dws-<name>
+	post	{"id": $id, "name": "dws-", "context": {}}	EINVAL: job-manager.dws.post: event name dws- must be dws-<name>
+	post	{"id": $id}	EINVAL: job-manager.dws.post: name must be dws-<name>
 	post	{"id": $id, "name": "dws-state", "context": []}	EPROTO: job-manager.dws.post: context must be an object
-	post	{"id": 12345, "name": "dws-state", "context": {}}	ENOENT: job 12345 is not held by the dws plugin
+	post	{"id": 12345, "name": "dws-state", "context": {}}	ENOENT: job $nobody is not held by the dws plugin
 	release	{"id": $id, "update": {"system.dw_storage": {}}}	EPROTO: job-manager.dws.release: update must map attributes.* keys (or resources) to values
 	release	{"id": $id, "update": null}	EPROTO: job-manager.dws.release: update must map attributes.* keys (or resources) to values
 	release	{"id": "5"}	EPROTO: job-manager.dws.release: id must be a job ID
 	release	{"id": true}	EPROTO: job-manager.dws.release: id must be a job ID
-	release	{"id": 12345}	ENOENT: job 12345 is not held by the dws plugin
+	release	{"id": 12345}	ENOENT: job $nobody is not held by the dws plugin
 	prolog-finish	{"id": $id}	EPROTO: job-manager.dws.prolog-finish: success must be a boolean
 	prolog-finish	{"id": $id, "success": true, "env": {"X": 1}}	EPROTO: job-manager.dws.prolog-finish: env must map names to strings
-	prolog-finish	{"id": $id, "success": true}	EINVAL: job $id has no active dws prolog
-	epilog-finish	{"id": $id}	EINVAL: job $id has no active dws epilog
+	prolog-finish	{"id": $id, "success": true}	EINVAL: job $fid has no active dws prolog
+	epilog-finish	{"id": $id}	EINVAL: job $fid has no active dws epilog
 	epilog-finish	{}	EPROTO: job-manager.dws.epilog-finish: id must be a job ID
 	raise	{"id": $id, "type": "two words", "severity": 0}	EPROTO: job-manager.dws.raise: type must be one word
 	raise	{"id": $id, "type": "", "severity": 0}	EPROTO: job-manager.dws.raise: type must be one word
@@ -196,11 +198,11 @@ test_expect_success 'malformed requests get EPROTO/EINVAL/ENOENT/ENOSYS, the job
 	frobnicate	{}	ENOSYS: job-manager.dws.frobnicate: no such method
 	list	[]	EPROTO: request payload must be a JSON object
 	watch	{"service": true}	EPROTO: job-manager.dws.watch: a streaming request is required
-	save	{"id": $id, "key": "eventlog", "value": {}}	EINVAL: key '"'"'eventlog'"'"' must be dws.<name>[.<name>...]
-	save	{"id": $id, "key": "dws..x", "value": {}}	EINVAL: key '"'"'dws..x'"'"' must be dws.<name>[.<name>...]
-	save	{"id": $id, "value": {}}	EINVAL: key None must be dws.<name>[.<name>...]
+	save	{"id": $id, "key": "eventlog", "value": {}}	EINVAL: job-manager.dws.save: key eventlog must be dws.<name>[.<name>...]
+	save	{"id": $id, "key": "dws..x", "value": {}}	EINVAL: job-manager.dws.save: key dws..x must be dws.<name>[.<name>...]
+	save	{"id": $id, "value": {}}	EINVAL: job-manager.dws.save: key must be dws.<name>[.<name>...]
 	save	{"id": $id, "key": "dws.x", "value": []}	EPROTO: job-manager.dws.save: value must be an object
-	save	{"id": 12345, "key": "dws.x", "value": {}}	ENOENT: job 12345 is not held by the dws plugin
+	save	{"id": 12345, "key": "dws.x", "value": {}}	ENOENT: job $nobody is not held by the dws plugin
 	EOF
     dws_expect malformed.tsv &&
     test "$(flux jobs -n -o "{state}" $waiting)" = DEPEND &&
@@ -254,6 +256,7 @@ test_expect_success 'the service watches: snapshot first, no dws-waiting for new
 
 test_expect_success 'post records dws-* events; the record keeps the latest of each' '
     id=$(dws_dec $job) &&
+    fid=$(dws_f58 $job) &&
     dws_rpc post "{\"id\": $id, \"name\": \"dws-state\", \"context\": {\"state\": \"Proposal\"}}" &&
     dws_rpc post "{\"id\": $id, \"name\": \"dws-state\", \"context\": {\"state\": \"Setup\", \"deadline\": null}}" &&
     dws_rpc post "{\"id\": $id, \"name\": \"dws-workflow\"}" &&
@@ -286,9 +289,9 @@ test_expect_success 'release applies the jobspec update and removes the dependen
 '
 
 test_expect_success 'duplicate release and early finishes are errors, not exceptions' '
-    rpc_fails EINVAL "job $id is not waiting for its workflow" \
+    rpc_fails EINVAL "job $fid is not waiting for its workflow" \
         release "{\"id\": $id, \"update\": {}}" &&
-    rpc_fails EINVAL "job $id has no active dws epilog" epilog-finish "{\"id\": $id}" &&
+    rpc_fails EINVAL "job $fid has no active dws epilog" epilog-finish "{\"id\": $id}" &&
     ! flux job eventlog $job | grep -w exception
 '
 
@@ -299,7 +302,7 @@ test_expect_success 'prolog-finish posts dws-environment and the tasks start' '
     flux job eventlog $job >run.eventlog &&
     grep "dws-environment env={\"DW_JOB_scratch\":\"/mnt/nnf/abc-0\"}" run.eventlog &&
     grep "prolog-finish description=\"dws\" status=0" run.eventlog &&
-    rpc_fails EINVAL "job $id has no active dws prolog" \
+    rpc_fails EINVAL "job $fid has no active dws prolog" \
         prolog-finish "{\"id\": $id, \"success\": true, \"env\": {}}"
 '
 
@@ -322,7 +325,7 @@ test_expect_success 'one cancel: the epilog holds the job, the record has the ex
 '
 
 test_expect_success 'raise during the epilog; a second fatal raise is refused' '
-    rpc_fails EINVAL "job $id already has a fatal cancel exception" \
+    rpc_fails EINVAL "job $fid already has a fatal cancel exception" \
         raise "{\"id\": $id, \"type\": \"dws\", \"severity\": 0, \"note\": \"again\"}" &&
     dws_rpc raise "{\"id\": $id, \"type\": \"dws\", \"severity\": 2, \"note\": \"teardown slow\"}"
 '
@@ -340,11 +343,11 @@ test_expect_success 'epilog-finish: the job ends, watchers get phase gone once' 
 
 test_expect_success 'late requests for an inactive job are errors' '
     cat >late.tsv <<-EOF &&
-	epilog-finish	{"id": $id}	EINVAL: job $id has no active dws epilog
-	prolog-finish	{"id": $id, "success": true}	EINVAL: job $id has no active dws prolog
-	release	{"id": $id}	EINVAL: job $id is not waiting for its workflow
-	raise	{"id": $id, "type": "dws", "severity": 1, "note": ""}	EINVAL: job $id is inactive
-	post	{"id": $id, "name": "dws-state", "context": {}}	ENOENT: job $id is not held by the dws plugin
+	epilog-finish	{"id": $id}	EINVAL: job $fid has no active dws epilog
+	prolog-finish	{"id": $id, "success": true}	EINVAL: job $fid has no active dws prolog
+	release	{"id": $id}	EINVAL: job $fid is not waiting for its workflow
+	raise	{"id": $id, "type": "dws", "severity": 1, "note": ""}	EINVAL: job $fid is inactive
+	post	{"id": $id, "name": "dws-state", "context": {}}	ENOENT: job $fid is not held by the dws plugin
 	EOF
     dws_expect late.tsv &&
     flux job eventlog $job >late.eventlog &&
@@ -356,12 +359,13 @@ test_expect_success 'late requests for an inactive job are errors' '
 test_expect_success 'an exception during the prolog waits for prolog-finish, then the epilog' '
     pj=$(submit_dw sleep 300) &&
     pid=$(dws_dec $pj) &&
+    fpid=$(dws_f58 $pj) &&
     to_prolog $pj &&
     dws_rpc raise "{\"id\": $pid, \"type\": \"dws\", \"severity\": 0, \"note\": \"PreRun failed\"}" &&
     test "$(flux jobs -n -o "{state}" $pj)" = CLEANUP &&
     dws_rpc list >pe.json &&
     dws_json pe.json "[j for j in r[\"jobs\"] if j[\"id\"] == $pid][0][\"phase\"] == \"prolog\"" &&
-    rpc_fails EINVAL "job $pid has no active dws epilog" epilog-finish "{\"id\": $pid}" &&
+    rpc_fails EINVAL "job $fpid has no active dws epilog" epilog-finish "{\"id\": $pid}" &&
     dws_rpc prolog-finish "{\"id\": $pid, \"success\": false}" &&
     dws_wait_phase svc $pj epilog \
         "r[\"started\"] is False and r[\"exception\"][\"note\"] == \"PreRun failed\"" &&

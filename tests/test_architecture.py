@@ -17,7 +17,7 @@ from flux_dws.service import dispatch, failures
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 ARCHITECTURE = ROOT / "doc" / "architecture.rst"
-JOBTAP = ROOT / "jobtap" / "dws-jobtap.c"
+JOBTAP = ROOT / "jobtap" / "dws-jobtap.h"  # the plugin's constants
 
 
 def named_paths(text: str) -> set[str]:

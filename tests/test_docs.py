@@ -439,7 +439,7 @@ def makefile_variable(path: Path, name: str) -> str:
 
 
 def plugin_conf_keys() -> set[str]:
-    source = (ROOT / "jobtap" / "dws-jobtap.c").read_text()
+    source = "\n".join(path.read_text() for path in sorted((ROOT / "jobtap").glob("*.c")))
     return set(re.findall(r'streq \(key, "([a-z-]+)"\)', source))
 
 

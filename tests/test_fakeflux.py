@@ -18,6 +18,7 @@ from flux_dws.base.loop import Loop
 from flux_dws.flux.transport import RpcError
 from flux_dws.testing.fakeflux import FakeFlux, SubmitError
 from flux_dws.testing.fakeflux.jobs import node_resources
+from flux_dws.testing.fakeflux.plugin import job_text
 
 DW = {"dw": "#DW jobdw type=xfs capacity=10GiB name=scratch", "dw_timeout": {"prerun": "10m"}}
 HOSTS = ["compute-01", "compute-02"]
@@ -434,7 +435,8 @@ def test_duplicate_and_late_requests_fail_without_touching_the_job(
     service.call("release", {"id": jobid, "update": {}})
     err = service.fails("release", {"id": jobid, "update": {}})
     assert (
-        err.errnum == errno.EINVAL and err.message == f"job {jobid} is not waiting for its workflow"
+        err.errnum == errno.EINVAL
+        and err.message == f"job {job_text(jobid)} is not waiting for its workflow"
     )
     ff.wait_event(jobid, "prolog-start", TIMEOUT)
     service.call("prolog-finish", {"id": jobid, "success": True, "env": {}})
@@ -484,6 +486,45 @@ def test_malformed_requests(
     err = service.fails(method, payload)
     assert err.errnum == errnum and "\n" not in err.message and err.message
     assert ff.info(jobid).event_names() == ["submit", "validate", "dependency-add", "dws-waiting"]
+
+
+@pytest.mark.parametrize(
+    ("method", "payload", "message"),
+    [
+        ("post", {"name": "state"}, "job-manager.dws.post: event name state must be dws-<name>"),
+        ("post", {"name": "dws-"}, "job-manager.dws.post: event name dws- must be dws-<name>"),
+        ("post", {}, "job-manager.dws.post: name must be dws-<name>"),
+        (
+            "save",
+            {"key": "eventlog", "value": {}},
+            "job-manager.dws.save: key eventlog must be dws.<name>[.<name>...]",
+        ),
+        ("save", {"value": {}}, "job-manager.dws.save: key must be dws.<name>[.<name>...]"),
+    ],
+)
+def test_bad_names_get_the_c_plugins_words(
+    ff: FakeFlux, service: Client, method: str, payload: dict[str, Any], message: str
+) -> None:
+    """The same texts as jobtap/methods.c and jobtap/save.c (t/t0001-dws-jobtap.t)."""
+    err = service.fails(method, {"id": ff.submit(DW), **payload})
+    assert err.errnum == errno.EINVAL and err.message == message
+
+
+def test_job_ids_in_messages_are_f58_as_the_broker_writes_them(
+    ff: FakeFlux, service: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLUX_F58_FORCE_ASCII", raising=False)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    assert job_text(58) == "ƒ21"
+    monkeypatch.setenv("LC_ALL", "C")
+    assert job_text(58) == "f21"
+    monkeypatch.setenv("LC_ALL", "en_US.UTF-8")
+    monkeypatch.setenv("FLUX_F58_FORCE_ASCII", "1")
+    assert job_text(58) == "f21"
+    assert job_text(-1) == "-1"
+    assert service.fails("release", {"id": -1}).message == "job -1 is not held by the dws plugin"
+    err = service.fails("release", {"id": 12345})
+    assert err.errnum == errno.ENOENT and err.message == "job f4fr is not held by the dws plugin"
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 """fakeflux: Flux's job-manager with the dws jobtap plugin loaded, in one Python thread.
 
 The flux-dws service's scenario tests run against it where flux-core is absent; the same
-scenarios run against a real Flux instance with jobtap/dws-jobtap.c wherever it is present, so
+scenarios run against a real Flux instance with the jobtap/ plugin wherever it is present, so
 any difference between the two is a bug here.  The plugin side speaks doc/protocol.rst over
 an in-process :class:`~flux_dws.flux.transport.Transport` (``FakeFlux.connect``).
 """

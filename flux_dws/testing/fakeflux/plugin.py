@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""The dws jobtap plugin, in Python: what jobtap/dws-jobtap.c does inside the job-manager.
+"""The dws jobtap plugin, in Python: what jobtap/ (dws-jobtap.so) does inside the job-manager.
 
 It holds #DW jobs at DEPEND (dependency ``dws``), in the prolog and in the epilog (actions
 ``dws``), describes them as job records, and serves ``job-manager.dws.*`` exactly as
@@ -14,12 +14,14 @@ import errno
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from flux_dws.base.fsd import format_fsd
+from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.flux.transport import RpcError
 from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, is_dw_job
@@ -83,6 +85,26 @@ class Watcher:
     who: dict[str, Any] = field(default_factory=dict)  # a service's pid, host, active since
     heard: float = 0.0  # the active service's last heartbeat
     report: dict[str, Any] | None = None  # ... and the report it carried
+
+
+def job_text(jobid: int) -> str:
+    """The job ID as the C plugin writes it into log messages and error texts: f58, as
+    flux_job_id_encode() gives it in the broker ("ƒ" in a UTF-8 locale unless
+    FLUX_F58_FORCE_ASCII is set, else "f"); a negative ID (never a job) in decimal."""
+    if jobid < 0:
+        return str(jobid)
+    if os.environ.get("FLUX_F58_FORCE_ASCII"):
+        return f58(jobid, "f")
+    name = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or ""
+    return f58(jobid, "ƒ" if "utf8" in name.lower().replace("-", "") else "f")
+
+
+def who_text(who: Mapping[str, Any]) -> str:
+    """A service watch's sender in the plugin's logs (who_text() in jobtap/service.c)."""
+    pid, host = who.get("pid", 0), who.get("host")
+    if pid <= 0:
+        return "a service that gave no pid"
+    return f"pid {pid} on {host[:64]}" if host else f"pid {pid}"
 
 
 def service_who(payload: Mapping[str, Any], since: float) -> dict[str, Any]:
@@ -221,7 +243,7 @@ class DwsPlugin:
             return
         wait = format_fsd(self.jm.service_wait)
         note = f"{WAITING_REASON} after waiting {wait} ([dws] service-wait): storage not set up"
-        log.warning("job %d: %s; raising a dws exception", jobid, note)
+        log.warning("dws: job %s: %s; raising a dws exception", job_text(jobid), note)
         self.jm.raise_exception_on(job, NAME, 0, note, self.jm.owner_uid)
 
     def _cancel_wait(self, jobid: int) -> None:
@@ -343,7 +365,9 @@ class DwsPlugin:
                 active.request.respond(
                     {"snapshot": False, "jobs": [], "standby_waiting": watcher.who}
                 )
-                log.info("dws: a second flux-dws service watch waits as a standby")
+                log.info(
+                    "dws: a second flux-dws service (%s) waits as a standby", who_text(watcher.who)
+                )
                 return
         self._promote(watcher)
 
@@ -403,7 +427,7 @@ class DwsPlugin:
                 " values",
             )
         if job.state != "DEPEND" or NAME not in job.dependencies:
-            raise RpcError(errno.EINVAL, f"job {job.id} is not waiting for its workflow")
+            raise RpcError(errno.EINVAL, f"job {job_text(job.id)} is not waiting for its workflow")
         if update:
             self.jm.post_event(job, "jobspec-update", update)
         self.jm.dependency_remove(job, NAME)
@@ -420,7 +444,7 @@ class DwsPlugin:
                 errno.EPROTO, "job-manager.dws.prolog-finish: env must map names to strings"
             )
         if NAME not in job.prologs:
-            raise RpcError(errno.EINVAL, f"job {job.id} has no active dws prolog")
+            raise RpcError(errno.EINVAL, f"job {job_text(job.id)} has no active dws prolog")
         if success:
             self.jm.post_event(job, "dws-environment", {"env": env})
         self.jm.prolog_finish(job, NAME, 0 if success else 1)
@@ -429,9 +453,9 @@ class DwsPlugin:
     def _epilog_finish(self, req: Request) -> dict[str, Any]:
         job = self._dw_job(req)
         if NAME not in job.epilogs:
-            raise RpcError(errno.EINVAL, f"job {job.id} has no active dws epilog")
+            raise RpcError(errno.EINVAL, f"job {job_text(job.id)} has no active dws epilog")
         if not shells_gone(job):
-            raise RpcError(errno.EINVAL, f"job {job.id} is still running its tasks")
+            raise RpcError(errno.EINVAL, f"job {job_text(job.id)} is still running its tasks")
         self.jm.epilog_finish(job, NAME, 0)
         return {}
 
@@ -447,10 +471,12 @@ class DwsPlugin:
                 errno.EPROTO, "job-manager.dws.raise: severity must be 0-7 and note a string"
             )
         if job.state == "INACTIVE":
-            raise RpcError(errno.EINVAL, f"job {job.id} is inactive")
+            raise RpcError(errno.EINVAL, f"job {job_text(job.id)} is inactive")
         if severity == 0 and job.exception is not None:
             first = job.exception["type"]
-            raise RpcError(errno.EINVAL, f"job {job.id} already has a fatal {first} exception")
+            raise RpcError(
+                errno.EINVAL, f"job {job_text(job.id)} already has a fatal {first} exception"
+            )
         self.jm.raise_exception_on(job, type_, severity, note, req.userid)
         return {}
 
@@ -459,11 +485,18 @@ class DwsPlugin:
         name = req.payload.get("name")
         context = req.payload.get("context", {})
         if not isinstance(name, str) or not name.startswith(EVENT_PREFIX) or name == EVENT_PREFIX:
-            raise RpcError(errno.EINVAL, f"event name {name!r} must start with {EVENT_PREFIX!r}")
+            if not isinstance(name, str):
+                raise RpcError(
+                    errno.EINVAL, f"job-manager.dws.post: name must be {EVENT_PREFIX}<name>"
+                )
+            raise RpcError(
+                errno.EINVAL,
+                f"job-manager.dws.post: event name {name[:64]} must be {EVENT_PREFIX}<name>",
+            )
         if not isinstance(context, dict):
             raise RpcError(errno.EPROTO, "job-manager.dws.post: context must be an object")
         if job.state == "INACTIVE":
-            raise RpcError(errno.ENOENT, f"job {job.id} is not held by the dws plugin")
+            raise RpcError(errno.ENOENT, f"job {job_text(job.id)} is not held by the dws plugin")
         self.jm.post_event(job, name, context)
         return {}
 
@@ -471,15 +504,20 @@ class DwsPlugin:
         job = self._dw_job(req)
         key = req.payload.get("key")
         value = req.payload.get("value")
-        if not isinstance(key, str) or len(key) > SAVE_KEY_MAX or not SAVE_KEY.fullmatch(key):
-            raise RpcError(errno.EINVAL, f"key {key!r} must be dws.<name>[.<name>...]")
+        if not isinstance(key, str):
+            raise RpcError(errno.EINVAL, "job-manager.dws.save: key must be dws.<name>[.<name>...]")
+        if len(key) > SAVE_KEY_MAX or not SAVE_KEY.fullmatch(key):
+            raise RpcError(
+                errno.EINVAL,
+                f"job-manager.dws.save: key {key[:140]} must be dws.<name>[.<name>...]",
+            )
         if not isinstance(value, dict):
             raise RpcError(errno.EPROTO, "job-manager.dws.save: value must be an object")
         if job.state == "INACTIVE":
-            raise RpcError(errno.ENOENT, f"job {job.id} is not held by the dws plugin")
+            raise RpcError(errno.ENOENT, f"job {job_text(job.id)} is not held by the dws plugin")
         text = json.dumps(value, separators=(",", ":"))
         if len(text) > SAVE_VALUE_MAX:
-            raise RpcError(errno.E2BIG, f"job {job.id}: {key} is larger than 64MiB")
+            raise RpcError(errno.E2BIG, f"job {job_text(job.id)}: {key} is larger than 64MiB")
         self.jm.kvs_put(job, key, text)
         return {}
 
@@ -490,7 +528,7 @@ class DwsPlugin:
             raise RpcError(errno.EPROTO, f"job-manager.dws.{req.method}: id must be a job ID")
         job = self.jm.lookup(jobid)
         if job is None or not is_dw_job(job.submitted):
-            raise RpcError(errno.ENOENT, f"job {jobid} is not held by the dws plugin")
+            raise RpcError(errno.ENOENT, f"job {job_text(jobid)} is not held by the dws plugin")
         return job
 
 

@@ -1,0 +1,360 @@
+/************************************************************\
+ * This file is part of flux-dws, the Flux adapter for HPE DWS.
+ * For details, see doc/protocol.rst and doc/architecture.rst.
+ *
+ * SPDX-License-Identifier: LGPL-3.0-only
+\************************************************************/
+
+/* methods.c - job-manager.dws.* requests: the dispatcher (owner check, queueing
+ * while job state is rebuilt) and the per-job methods release, prolog-finish,
+ * epilog-finish, raise and post.
+ */
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dws-jobtap.h"
+
+/* The #DW job the request names, inactive ones too (*stp is then a stand-in in
+ * state INACTIVE); ENOENT for any other.
+ */
+int lookup_dw_job (struct plugin_ctx *ctx,
+                   const char *method,
+                   json_t *payload,
+                   struct dwsjob *ghost,
+                   struct dwsjob **stp,
+                   struct rpc_error *err)
+{
+    json_t *o = json_object_get (payload, "id");
+    json_int_t id;
+    struct dwsjob *st = NULL;
+    flux_plugin_arg_t *args;
+    char idbuf[32];
+
+    if (!json_is_integer (o))
+        return fail (err, EPROTO, "job-manager.dws.%s: id must be a job ID", method);
+    id = json_integer_value (o);
+    if (id >= 0 && (st = flux_jobtap_job_aux_get (ctx->p, id, AUX_KEY))) {
+        *stp = st;
+        return 0;
+    }
+    if (id >= 0 && (args = flux_jobtap_job_lookup (ctx->p, id))) {
+        int state = FLUX_JOB_STATE_NEW;
+        bool dw = is_dw_system (args_system (args));
+        (void)flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:i}", "state", &state);
+        flux_plugin_arg_destroy (args);
+        if (dw && state == FLUX_JOB_STATE_INACTIVE) {
+            memset (ghost, 0, sizeof (*ghost));
+            ghost->ctx = ctx;
+            ghost->id = id;
+            ghost->state = FLUX_JOB_STATE_INACTIVE;
+            *stp = ghost;
+            return 0;
+        }
+    }
+    if (id < 0)
+        snprintf (idbuf, sizeof (idbuf), "%lld", (long long)id);
+    else
+        f58 (id, idbuf, sizeof (idbuf));
+    return fail (err, ENOENT, "job %s is not held by the dws plugin", idbuf);
+}
+
+static int release_method (struct plugin_ctx *ctx,
+                           const flux_msg_t *msg,
+                           const char *method,
+                           json_t *payload,
+                           json_t **response,
+                           struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
+    json_t *update = json_object_get (payload, "update");
+    const char *key;
+    json_t *value;
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    bool ok = !update || json_is_object (update);
+    if (ok && update) {
+        json_object_foreach (update, key, value) {
+            if (strncmp (key, "attributes.", strlen ("attributes.")) != 0
+                && !streq (key, "resources"))
+                ok = false;
+        }
+    }
+    if (!ok)
+        return fail (err, EPROTO,
+                     "job-manager.dws.release: update must map attributes.* keys"
+                     " (or resources) to values");
+    if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held)
+        return fail (err, EINVAL, "job %s is not waiting for its workflow",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    if (update && json_object_size (update) > 0
+        && flux_jobtap_jobspec_update_id_pack (ctx->p, st->id, "O", update) < 0)
+        return fail (err, errno, "job %s: jobspec update failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
+    if (flux_jobtap_dependency_remove (ctx->p, st->id, PLUGIN_NAME) < 0)
+        return fail (err, errno, "job %s: removing the dws dependency failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
+    *response = json_object ();
+    return 0;
+}
+
+static int prolog_finish_method (struct plugin_ctx *ctx,
+                                 const flux_msg_t *msg,
+                                 const char *method,
+                                 json_t *payload,
+                                 json_t **response,
+                                 struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
+    json_t *success = json_object_get (payload, "success");
+    json_t *env = json_object_get (payload, "env");
+    flux_jobid_t id;
+    const char *key;
+    json_t *value;
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    if (!json_is_boolean (success))
+        return fail (err, EPROTO,
+                     "job-manager.dws.prolog-finish: success must be a boolean");
+    bool ok = !env || json_is_object (env);
+    if (ok && env) {
+        json_object_foreach (env, key, value) {
+            if (!json_is_string (value))
+                ok = false;
+        }
+    }
+    if (!ok)
+        return fail (err, EPROTO,
+                     "job-manager.dws.prolog-finish: env must map names to strings");
+    if (!st->prolog_active)
+        return fail (err, EINVAL, "job %s has no active dws prolog",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    id = st->id;  // st may be freed by the events below
+    if (json_is_true (success)
+        && flux_jobtap_event_post_pack (ctx->p, id, "dws-environment", "{s:o}",
+                                        "env", env ? json_incref (env)
+                                                   : json_object ()) < 0)
+        return fail (err, errno, "job %s: posting dws-environment failed: %s",
+                     f58 (id, idbuf, sizeof (idbuf)), strerror (errno));
+    if (flux_jobtap_prolog_finish (ctx->p, id, PLUGIN_NAME,
+                                   json_is_true (success) ? 0 : 1) < 0)
+        return fail (err, errno, "job %s: finishing the dws prolog failed: %s",
+                     f58 (id, idbuf, sizeof (idbuf)), strerror (errno));
+    *response = json_object ();
+    return 0;
+}
+
+static int epilog_finish_method (struct plugin_ctx *ctx,
+                                 const flux_msg_t *msg,
+                                 const char *method,
+                                 json_t *payload,
+                                 json_t **response,
+                                 struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
+    flux_jobid_t id;
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    if (!st->epilog_active)
+        return fail (err, EINVAL, "job %s has no active dws epilog",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    if (st->started && !st->released && !st->shells_gone)
+        return fail (err, EINVAL, "job %s is still running its tasks",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    id = st->id;
+    if (flux_jobtap_epilog_finish (ctx->p, id, PLUGIN_NAME, 0) < 0)
+        return fail (err, errno, "job %s: finishing the dws epilog failed: %s",
+                     f58 (id, idbuf, sizeof (idbuf)), strerror (errno));
+    *response = json_object ();
+    return 0;
+}
+
+static int raise_method (struct plugin_ctx *ctx,
+                         const flux_msg_t *msg,
+                         const char *method,
+                         json_t *payload,
+                         json_t **response,
+                         struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
+    json_t *type = json_object_get (payload, "type");
+    json_t *severity = json_object_get (payload, "severity");
+    json_t *note = json_object_get (payload, "note");
+    const char *s;
+    int sev = 0;
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    bool one_word = json_is_string (type) && json_string_length (type) > 0;
+    for (s = json_string_value (type); one_word && *s; s++) {
+        if (isspace ((unsigned char)*s))
+            one_word = false;
+    }
+    if (!one_word)
+        return fail (err, EPROTO, "job-manager.dws.raise: type must be one word");
+    if (severity) {
+        if (!json_is_integer (severity)
+            || json_integer_value (severity) < 0
+            || json_integer_value (severity) > 7)
+            sev = -1;
+        else
+            sev = json_integer_value (severity);
+    }
+    if (sev < 0 || (note && !json_is_string (note)))
+        return fail (err, EPROTO,
+                     "job-manager.dws.raise: severity must be 0-7 and note a string");
+    if (st->state == FLUX_JOB_STATE_INACTIVE)
+        return fail (err, EINVAL, "job %s is inactive",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    if (sev == 0 && st->exception)
+        return fail (err, EINVAL, "job %s already has a fatal %s exception",
+                     f58 (st->id, idbuf, sizeof (idbuf)),
+                     json_string_value (json_object_get (st->exception, "type")));
+    if (flux_jobtap_raise_exception (ctx->p, st->id, json_string_value (type), sev,
+                                     "%s", note ? json_string_value (note) : "") < 0)
+        return fail (err, errno, "job %s: raising the exception failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
+    *response = json_object ();
+    return 0;
+}
+
+static int post_method (struct plugin_ctx *ctx,
+                        const flux_msg_t *msg,
+                        const char *method,
+                        json_t *payload,
+                        json_t **response,
+                        struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
+    json_t *name = json_object_get (payload, "name");
+    json_t *context = json_object_get (payload, "context");
+    const char *s = json_string_value (name);
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    if (!s
+        || strncmp (s, EVENT_PREFIX, strlen (EVENT_PREFIX)) != 0
+        || streq (s, EVENT_PREFIX)) {
+        if (!s)
+            return fail (err, EINVAL,
+                         "job-manager.dws.post: name must be " EVENT_PREFIX "<name>");
+        return fail (err, EINVAL,
+                     "job-manager.dws.post: event name %.64s must be " EVENT_PREFIX "<name>",
+                     s);
+    }
+    if (context && !json_is_object (context))
+        return fail (err, EPROTO, "job-manager.dws.post: context must be an object");
+    if (st->state == FLUX_JOB_STATE_INACTIVE)
+        return fail (err, ENOENT, "job %s is not held by the dws plugin",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    if (flux_jobtap_event_post_pack (ctx->p, st->id, s, "o",
+                                     context ? json_incref (context)
+                                             : json_object ()) < 0)
+        return fail (err, errno, "job %s: posting %s failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), s, strerror (errno));
+    *response = json_object ();
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    method_f fn;
+} methods[] = {
+    { "watch", watch_method },
+    { "list", list_method },
+    { "release", release_method },
+    { "prolog-finish", prolog_finish_method },
+    { "epilog-finish", epilog_finish_method },
+    { "raise", raise_method },
+    { "post", post_method },
+    { "heartbeat", heartbeat_method },
+    { "save", save_method },
+};
+
+/* Answer one job-manager.dws.<method> request.
+ */
+void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg)
+{
+    const char *topic = NULL;
+    const char *payload_str = NULL;
+    const char *method;
+    json_t *payload = NULL;
+    json_t *response = NULL;
+    struct rpc_error err = { 0 };
+    struct flux_msg_cred cred;
+    method_f fn = NULL;
+
+    if (flux_request_decode (msg, &topic, &payload_str) < 0) {
+        fail (&err, errno, "job-manager.dws: malformed request");
+        goto error;
+    }
+    method = topic + strlen (ctx->prefix);
+    if (!payload_str
+        || !(payload = json_loads (payload_str, 0, NULL))
+        || !json_is_object (payload)) {
+        fail (&err, EPROTO, "request payload must be a JSON object");
+        goto error;
+    }
+    for (size_t i = 0; i < sizeof (methods) / sizeof (methods[0]); i++) {
+        if (streq (methods[i].name, method))
+            fn = methods[i].fn;
+    }
+    if (!fn) {
+        fail (&err, ENOSYS, "job-manager.dws.%s: no such method", method);
+        goto error;
+    }
+    if (flux_msg_get_cred (msg, &cred) < 0 || !(cred.rolemask & FLUX_ROLE_OWNER)) {
+        fail (&err, EPERM,
+              "job-manager.dws.%s: only the instance owner may use this method",
+              method);
+        goto error;
+    }
+    if (fn (ctx, msg, method, payload, &response, &err) < 0)
+        goto error;
+    if (response && flux_respond_pack (ctx->h, msg, "O", response) < 0)
+        flux_log_error (ctx->h, "dws: responding to %s", topic);
+    json_decref (response);
+    json_decref (payload);
+    return;
+error:
+    if (flux_respond_error (ctx->h, msg, err.errnum ? err.errnum : EINVAL, err.text) < 0)
+        flux_log_error (ctx->h, "dws: responding to %s", topic ? topic : "a request");
+    json_decref (payload);
+}
+
+void request_cb (flux_t *h,
+                 flux_msg_handler_t *mh,
+                 const flux_msg_t *msg,
+                 void *arg)
+{
+    struct plugin_ctx *ctx = arg;
+
+    if (ctx->rebuilding > 0 || ctx->queued) {
+        struct queued_msg *q = calloc (1, sizeof (*q));
+        if (!q) {
+            if (flux_respond_error (h, msg, ENOMEM, NULL) < 0)
+                flux_log_error (h, "dws: responding to a request");
+            return;
+        }
+        q->msg = flux_msg_incref (msg);
+        *ctx->queued_tail = q;
+        ctx->queued_tail = &q->next;
+        if (ctx->rebuilding == 0)
+            schedule_soon (ctx);
+        return;
+    }
+    dispatch (ctx, msg);
+}
+
+// vi:ts=4 sw=4 expandtab
