@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from waiting import wait_for
 
 from flux_dws.base.fsd import parse_fsd
-from flux_dws.base.sanitize import jansson_problem, json_safe, one_line
+from flux_dws.base.untrusted import jansson_problem, json_safe
+from flux_dws.base.untrusted import text as one_line
 from flux_dws.cli.inventory import list_rows
 from flux_dws.cli.views import driver_errors, read_workflow
 from flux_dws.core.identity import owned_jobid

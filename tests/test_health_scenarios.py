@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from flux_dws.base.jobid import f58
 from flux_dws.cli import main as cli_main
 from flux_dws.cli.sources import StackSource
 from flux_dws.testing.stack import Stack
@@ -164,7 +165,7 @@ def test_one_failed_mount_is_tolerated_and_its_node_drained(stack):
     notes = [e["context"] for e in info.events("exception")]
     assert [(n["severity"], "compute-03" in n["note"]) for n in notes] == [(1, True)]
     drained = stack.flux.drained()
-    assert drained["compute-03"].startswith(f"dws: job {jobid}: PreRun failed on this node")
+    assert drained["compute-03"].startswith(f"dws: job {f58(jobid)}: PreRun failed on this node")
     assert set(drained) == {"compute-03"}
     computes = stack.api.store.list("computes", "default")[0]
     assert computes == []  # deleted with the workflow; nothing left behind
@@ -203,7 +204,9 @@ def test_failed_teardown_drains_the_jobs_nodes(stack):
     drained = stack.flux.drained()
     assert set(drained) == set(hosts)
     reason = drained[hosts[0]]
-    assert reason.startswith(f"dws: job {jobid}: workflow fluxjob-health-{jobid} Teardown failed")
+    assert reason.startswith(
+        f"dws: job {f58(jobid)}: workflow fluxjob-health-{jobid} Teardown failed"
+    )
     shown = _status(stack, jobid)
     assert "TEARDOWN" in shown and f"drained {','.join(hosts)}" in shown
 

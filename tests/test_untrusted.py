@@ -20,7 +20,8 @@ from waiting import wait_for
 
 from flux_dws.base.errors import PolicyError
 from flux_dws.base.loop import Loop
-from flux_dws.base.sanitize import jansson_problem, json_safe, one_line
+from flux_dws.base.untrusted import jansson_problem, json_safe
+from flux_dws.base.untrusted import text as one_line
 from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide
 from flux_dws.core.policy import Policy, policy_from_table
 from flux_dws.core.request import MAX_DIRECTIVE_BYTES, request_from_attributes
@@ -82,7 +83,7 @@ def on_workflows(stack: Stack, change: Any) -> None:
 
 
 def test_one_line_escapes_controls_and_cuts_short():
-    assert one_line("a\nb\x00c\x1b[1m\u0085") == "a\\nb\\0c\\x1b[1m\\x85"
+    assert one_line("a\nb\x00c\x1b[1m\u0085") == "a\\nb\\x00c\\x1b[1m\\x85"
     assert one_line("x" * 100, 10) == "xxxxxxx..."
     assert one_line("\ud800") == "\ufffd"
 
@@ -136,8 +137,8 @@ def test_fakeflux_refuses_what_jansson_refuses_and_the_job_manager_client_does_n
         jm.post(jobid, "dws-x", {"m": "a\x00\x1b", "f": float("nan")}, lambda *_: None)
         jm.prolog_finish(jobid, True, {"A": "x\x00"}, lambda *_: None)
         assert all(jansson_problem(p) is None for p in sent)
-        assert sent[0]["note"] == "bad\\0 news\\nhere"
-        assert sent[1]["context"]["m"] == "a\\0\\x1b"
+        assert sent[0]["note"] == "bad\\x00 news\\nhere"
+        assert sent[1]["context"]["m"] == "a\\x00\\x1b"
     finally:
         flux.stop()
 
@@ -235,7 +236,7 @@ def test_nul_and_controls_in_a_dws_message_fail_the_job_with_it_escaped_and_tear
         on_workflows(stack, poison)
         info = stack.wait(stack.submit([JOBDW, PRERUN_FATAL]), timeout=30)
         assert info.exception and info.exception["type"] == "dws"
-        assert "bo\\0om\\n\\x1b[2J" in note(info)
+        assert "bo\\x00om\\n\\x1b[2J" in note(info)
         assert [e["context"]["state"] for e in info.events("dws-state")][-1] == "Teardown"
         assert_clean(stack, info)
 

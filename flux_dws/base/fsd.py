@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from flux_dws.base.sanitize import ECHO_LIMIT, echo, one_line
+from flux_dws.base.untrusted import echo
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "": 1.0}
 # ASCII digits only: str.isdigit() and \d also take "３０" (fullwidth) and other scripts.
@@ -18,7 +18,7 @@ _EXPECTED = "expected e.g. 30s, 5m, 1.5h, 2d"
 
 def _shown(value: object) -> str:
     """The value as an error message echoes it: escaped and cut short (it may be anything)."""
-    return echo(value) if isinstance(value, str) else one_line(repr(value), ECHO_LIMIT)
+    return echo(value)
 
 
 def parse_fsd(value: object) -> float:

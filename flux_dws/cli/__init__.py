@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable, TextIO
 
 from flux_dws import __version__
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.usage import PROG, UsageError
 from flux_dws.base.usage import OneLineParser as _Parser
@@ -124,7 +125,7 @@ def main(
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(exc, file=err)
+        print(untrusted.text(exc, None), file=err)
         return 2
     command = args.command
     if command is None:
@@ -213,4 +214,5 @@ def _interrupt_on_termination() -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """An error as one safe line (its text may come from Kubernetes or a user)."""
+    return untrusted.text(exc) or type(exc).__name__

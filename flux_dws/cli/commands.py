@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.health import build_health, health_json, render_health
@@ -39,6 +40,13 @@ from flux_dws.k8s import KubeError
 from flux_dws.service import daemon
 
 log = logging.getLogger("flux-dws.cli")
+
+
+def _print(text: str, file: TextIO) -> None:
+    """Print what a command shows: it holds text from Kubernetes and users, so every control
+    character (ESC ...) is escaped on the way out; only the newlines between lines are kept."""
+    print(untrusted.lines(text), file=file)
+
 
 #: How often ``cleanup`` re-reads a workflow while waiting for its Teardown.
 CLEANUP_POLL = 0.5
@@ -73,11 +81,11 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     if args.jobid is None:  # no job: the service's health at a glance
         view = build_health(source.plugin_list(), now)
         if args.json:
-            print(dumps(health_json(view)), file=out)
+            _print(dumps(health_json(view)), file=out)
         else:
             prefix = f58_prefix(out)
             lines = render_health(view, now, lambda jobid: f58(jobid, prefix))
-            print("\n".join(lines), file=out)
+            _print("\n".join(lines), file=out)
         return 0
     jobid = parse_jobid(args.jobid)
     eventlog = source.eventlog(jobid)
@@ -85,10 +93,10 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     view = build_status(jobid, eventlog, workflow, now, workflow_note=note)
     moved = copies(eventlog)
     if args.json:
-        print(dumps({**to_jsonable(view), "copies": moved}), file=out)
+        _print(dumps({**to_jsonable(view), "copies": moved}), file=out)
     else:
         lines = render_status(view, prefix=f58_prefix(out), user_name=user_name)
-        print("\n".join(lines + render_copies(moved)), file=out)
+        _print("\n".join(lines + render_copies(moved)), file=out)
     return 0
 
 
@@ -102,11 +110,11 @@ def logs(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> i
     event = containers[-1] if containers else None
     if args.json:
         output = saved.to_json() if saved is not None else None
-        print(dumps({**to_jsonable(view), "output": output}), file=out)
+        _print(dumps({**to_jsonable(view), "output": output}), file=out)
     else:
         prefix = f58_prefix(out)
         lines = render_logs(view, prefix=prefix) + render_output(jobid, saved, event, prefix=prefix)
-        print("\n".join(lines), file=out)
+        _print("\n".join(lines), file=out)
     return 0
 
 
@@ -146,12 +154,12 @@ def list_(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> 
         userids=userids,
     )
     if args.json:
-        print(dumps({"workflows": [to_jsonable(r) for r in rows]}), file=out)
+        _print(dumps({"workflows": [to_jsonable(r) for r in rows]}), file=out)
         return 0
     prefix = f58_prefix(out)
     records = [list_record(r, prefix=prefix) for r in rows]
     for line in format_table(records, fmt, LIST_FIELDS, header=not args.no_header):
-        print(line, file=out)
+        _print(line, file=out)
     return 0
 
 
@@ -167,11 +175,11 @@ def cleanup(args: argparse.Namespace, source: Source, out: TextIO, now: float) -
     plan = plan_cleanup(workflows, held, source.identity)
     prefix = f58_prefix(out)
     if not plan:
-        print(f"no orphaned workflows for instance {source.identity}", file=out)
+        _print(f"no orphaned workflows for instance {source.identity}", file=out)
         return 0
     if args.dry_run:
         for sweep in plan:
-            print(
+            _print(
                 f"would sweep {sweep.name} ({f58(sweep.jobid, prefix)}): {sweep.reason}", file=out
             )
         return 0
@@ -198,10 +206,10 @@ def _sweep(
             log.info("job %d: workflow %s: Teardown requested (orphan)", sweep.jobid, sweep.name)
         except KubeError as exc:
             if exc.status == 404:
-                print(f"{sweep.name}: already gone", file=out)
+                _print(f"{sweep.name}: already gone", file=out)
                 continue
             failed += 1
-            print(f"{sweep.name}: Teardown not requested: {exc}", file=out)
+            _print(f"{sweep.name}: Teardown not requested: {exc}", file=out)
     deadline = clock() + timeout
     while pending:
         for name, sweep in list(pending.items()):
@@ -210,7 +218,7 @@ def _sweep(
                 continue
             if outcome is None and not force:
                 failed += 1
-                print(
+                _print(
                     f"{name} ({f58(sweep.jobid, prefix)}): Teardown not done after"
                     f" {timeout:g}s; left in place (run again, or use --force to delete it)",
                     file=out,
@@ -221,10 +229,10 @@ def _sweep(
                 kube.delete_workflow(name)
             except KubeError as exc:
                 failed += 1
-                print(f"{name}: not deleted: {exc}", file=out)
+                _print(f"{name}: not deleted: {exc}", file=out)
             else:
                 done = outcome or f"Teardown not done after {timeout:g}s, deleted anyway"
-                print(f"swept {name} ({f58(sweep.jobid, prefix)}): {done}", file=out)
+                _print(f"swept {name} ({f58(sweep.jobid, prefix)}): {done}", file=out)
             del pending[name]
         if pending:
             sleep(CLEANUP_POLL)

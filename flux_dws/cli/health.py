@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from flux_dws.base import untrusted
 from flux_dws.cli.views import format_duration
 from flux_dws.core.states import State
 from flux_dws.core.status import StateRow, job_summary
@@ -52,7 +53,7 @@ def build_health(answer: Mapping[str, Any], now: float) -> Health:
     service = answer.get("service")
     active = service.get("active") if isinstance(service, Mapping) else None
     standbys = service.get("standbys") if isinstance(service, Mapping) else 0
-    standbys = standbys if isinstance(standbys, int) and not isinstance(standbys, bool) else 0
+    standbys = untrusted.count(standbys) or 0
     if not isinstance(active, Mapping):
         return Health("not running", standbys=standbys, states=states)
     report = active.get("report") if isinstance(active.get("report"), Mapping) else {}
@@ -60,13 +61,13 @@ def build_health(answer: Mapping[str, Any], now: float) -> Health:
     errors = []
     for entry in report.get("errors") or []:
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], str):
-            errors.append((_num(entry[0]) or 0.0, " ".join(entry[1].split())[:300]))
+            errors.append((_num(entry[0]) or 0.0, untrusted.text(entry[1].strip(), 300)))
     pid = active.get("pid")
     reachable = api.get("reachable")
     return Health(
         service="active",
-        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-        host=str(active.get("host") or "")[:64],
+        pid=untrusted.integer(pid),
+        host=untrusted.text(active.get("host") or "", 64),
         up_since=_num(report.get("started")) or _num(active.get("since")),
         heard_ago=_num(active.get("heard")),
         standbys=standbys,

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.cli.views import read_workflow
 from flux_dws.core.states import State
@@ -54,9 +55,9 @@ def list_rows(
     rows = []
     for obj in workflows:
         wf, problem = read_workflow(obj)
-        meta = _mapping(obj.get("metadata"))
-        uid = _mapping(obj.get("spec")).get("userID")
-        userid = uid if isinstance(uid, int) and not isinstance(uid, bool) else None
+        meta = untrusted.mapping(obj.get("metadata"))
+        uid = untrusted.mapping(obj.get("spec")).get("userID")
+        userid = untrusted.integer(uid)
         jobid = _jobid(obj)
         created = _created(meta)
         since = wf.desired_state_change if wf is not None else None
@@ -79,10 +80,6 @@ def list_rows(
         )
     rows.sort(key=lambda r: r.jobid, reverse=True)
     return rows
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _created(meta: Mapping[str, Any]) -> float | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.core.output import SavedOutput
 
@@ -41,7 +42,7 @@ def copies(eventlog: Sequence[Event]) -> tuple[Copy, ...]:
         if entry.get("name") != "dws-datamovement":
             continue
         c = entry.get("context")
-        c = c if isinstance(c, Mapping) else {}
+        c = untrusted.mapping(c)
         found.append(
             Copy(
                 state=_text(c.get("state")),
@@ -89,14 +90,14 @@ def render_output(
     """``flux dws logs``: each container's name, exit code and saved log tail."""
     job = f58(jobid, prefix)
     context = (event or {}).get("context")
-    context = context if isinstance(context, Mapping) else {}
+    context = untrusted.mapping(context)
     if saved is None or not saved.containers:
         why = (saved.note if saved is not None else "") or _text(context.get("output"))
         if not why:
             if event is None:
                 return []
             why = "no container output was saved"
-        return [f"{job}: {why}"]
+        return [f"{job}: {untrusted.text(why)}"]
     lines = []
     for c in saved.containers:
         s = c.status
@@ -104,13 +105,14 @@ def render_output(
         what = f"exit code {code}" if s.state == "terminated" else s.state
         extra = f" ({s.reason})" if s.reason else ""
         restarts = f", {s.restarts} restart(s)" if s.restarts else ""
-        lines.append(f"{job}: container {s.name} in pod {s.pod}: {what}{extra}{restarts}")
+        head = f"{job}: container {s.name} in pod {s.pod}: {what}{extra}{restarts}"
+        lines.append(untrusted.text(head, None))
         if c.error:
-            lines.append(f"  no log: {c.error}")
+            lines.append(f"  no log: {untrusted.text(c.error)}")
             continue
         if c.truncated:
             lines.append(f"  ... (only the last {saved.limit} bytes were kept)")
-        lines += [f"  {line}" for line in c.log.splitlines()]
+        lines += [f"  {untrusted.lines(line)}" for line in c.log.splitlines()]
     if saved.skipped:
         lines.append(f"{job}: {saved.skipped} more container(s) not read")
     return lines
@@ -124,11 +126,12 @@ def _size(n: int) -> str:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+    """A string field of a record, as one safe line ("" when not a string)."""
+    return untrusted.text(value) if isinstance(value, str) else ""
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return untrusted.integer(value)
 
 
 def _number(value: Any) -> float | None:

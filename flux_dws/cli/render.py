@@ -18,6 +18,7 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.cli.inventory import ListRow
@@ -140,7 +141,7 @@ def _line(
                 raise DwsError(
                     f"invalid format spec ':{spec}' for field {name!r} (value {value!r})"
                 ) from None
-    return "".join(out).rstrip()
+    return untrusted.text("".join(out).rstrip(), None)
 
 
 def list_record(row: ListRow, *, prefix: str = "ƒ") -> dict[str, Any]:
@@ -201,11 +202,12 @@ def clock(timestamp: float | None, *, date: bool = False) -> str:
 
 def _pairs(pairs: Sequence[tuple[str, str]]) -> list[str]:
     width = max((len(k) for k, _ in pairs), default=0)
-    return [f"{k:<{width}}  {v}".rstrip() for k, v in pairs]
+    return [f"{k:<{width}}  {untrusted.text(v, None)}".rstrip() for k, v in pairs]
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned columns sized to their widest cell."""
+    rows = [[untrusted.text(c, None) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
 
@@ -328,4 +330,4 @@ def render_logs(logs: JobLogs, *, prefix: str = "ƒ") -> list[str]:
         )
     if logs.workflow_note:
         lines.append(f"{job}: live workflow: {logs.workflow_note}")
-    return lines
+    return [untrusted.text(line, None) for line in lines]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.fsd import parse_fsd
 from flux_dws.core.states import STATE_KEYS, State
@@ -43,7 +44,7 @@ def events_named(eventlog: Iterable[Event], name: str) -> list[Event]:
 
 def _context(event: Event | None) -> Mapping[str, Any]:
     ctx = (event or {}).get("context")
-    return ctx if isinstance(ctx, Mapping) else {}
+    return untrusted.mapping(ctx)
 
 
 def _last(eventlog: Sequence[Event], name: str) -> Event | None:
@@ -259,7 +260,7 @@ def timeout_lines(
 ) -> tuple[TimeoutLine, ...]:
     """The effective timeouts (``dws-workflow``, ``dws-proposal``) and what is left of each."""
     posted = _context(_last(eventlog, "dws-workflow")).get("timeouts")
-    posted = posted if isinstance(posted, Mapping) else {}
+    posted = untrusted.mapping(posted)
     by_state = {span.state: span for span in spans}
     lines = []
     for key in (*STATE_KEYS, *sorted(k for k in posted if k not in STATE_KEYS)):
@@ -404,7 +405,7 @@ def build_status(
         note = "deleted" if not active else "not found"
     return JobStatus(
         jobid=jobid,
-        userid=userid if isinstance(userid, int) and not isinstance(userid, bool) else None,
+        userid=untrusted.integer(userid),
         job_state=state,
         result=job_result(eventlog),
         workflow_name=str(created.get("name") or (wf.name if wf else "")),

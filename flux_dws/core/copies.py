@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.core.states import State
 from flux_dws.core.workflow import parse_time
 
@@ -143,7 +144,7 @@ def copy_records(
     for obj in objects:
         if not isinstance(obj, Mapping):
             continue
-        labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
+        labels = untrusted.mapping(untrusted.mapping(obj.get("metadata")).get("labels"))
         if labels.get(INITIATOR_LABEL) != command:
             continue
         index = _index(labels.get(DIRECTIVE_INDEX_LABEL))
@@ -151,7 +152,7 @@ def copy_records(
             by_index.setdefault(index, []).append(obj)
     records = []
     for index, text in copy_directives(directives, state):
-        found = sorted(by_index.get(index, []), key=_name)
+        found = sorted(by_index.get(index, []), key=lambda o: untrusted.name_of(o, namespaced=True))
         records.append(_record(state, index, text, found, problem))
     return records
 
@@ -161,23 +162,23 @@ def _record(
 ) -> CopyRecord:
     if not found:
         why = problem or "no NnfDataMovement was found for this directive"
-        return CopyRecord(index, text, state, "", UNKNOWN, _bounded(why, MESSAGE_LIMIT))
-    statuses = [_mapping(o.get("status")) for o in found]
-    commands = [_mapping(s.get("commandStatus")) for s in statuses]
-    states = [_text(s.get("state")) for s in statuses]
+        return CopyRecord(index, text, state, "", UNKNOWN, untrusted.field(why, MESSAGE_LIMIT))
+    statuses = [untrusted.mapping(o.get("status")) for o in found]
+    commands = [untrusted.mapping(s.get("commandStatus")) for s in statuses]
+    states = [untrusted.field(s.get("state")) for s in statuses]
     if all(s == FINISHED for s in states):
         dm_state = FINISHED
-        given = [_text(s.get("status")) or UNKNOWN for s in statuses]
+        given = [untrusted.field(s.get("status")) or UNKNOWN for s in statuses]
         status = min(given, key=lambda s: _STATUS_RANK.index(s) if s in _STATUS_RANK else 3)
     else:
         dm_state = next((s for s in ("Running", "Starting") if s in states), states[0] or "")
         status = UNKNOWN
-    failing = [s for s in statuses if _text(s.get("status")) not in ("", SUCCESS)]
-    messages = [_text(s.get("message")) for s in (failing or statuses)]
+    failing = [s for s in statuses if untrusted.field(s.get("status")) not in ("", SUCCESS)]
+    messages = [untrusted.field(s.get("message")) for s in (failing or statuses)]
     message = next((m for m in messages if m), "")
     if status == UNKNOWN and not message:
         message = f"data movement still {dm_state or 'not started'} when {state.value} ended"
-    total_bytes = _sum(_bytes(_text(c.get("data"))) for c in commands)
+    total_bytes = _sum(_bytes(untrusted.field(c.get("data"))) for c in commands)
     single = commands[0] if len(commands) == 1 else {}
     return CopyRecord(
         index=index,
@@ -185,15 +186,15 @@ def _record(
         state=state,
         dm_state=dm_state,
         status=status,
-        message=_bounded(message, MESSAGE_LIMIT),
-        progress=_least(_count(c.get("progress")) for c in commands),
-        items=_sum(_count(c.get("items")) for c in commands),
-        directories=_sum(_count(c.get("directories")) for c in commands),
-        files=_sum(_count(c.get("files")) for c in commands),
-        links=_sum(_count(c.get("links")) for c in commands),
+        message=untrusted.field(message, MESSAGE_LIMIT),
+        progress=_least(untrusted.count(c.get("progress")) for c in commands),
+        items=_sum(untrusted.count(c.get("items")) for c in commands),
+        directories=_sum(untrusted.count(c.get("directories")) for c in commands),
+        files=_sum(untrusted.count(c.get("files")) for c in commands),
+        links=_sum(untrusted.count(c.get("links")) for c in commands),
         bytes=total_bytes,
-        data=_bounded(_text(single.get("data")), 80),
-        rate=_bounded(_text(single.get("rate")), 80),
+        data=untrusted.field(single.get("data"), 80),
+        rate=untrusted.field(single.get("rate"), 80),
         elapsed=_most(_elapsed(s, c) for s, c in zip(statuses, commands)),
         movements=len(found),
     )
@@ -208,15 +209,15 @@ def first_error(message: str) -> str:
     text = _EXIT_STATUS.sub("", message, count=1)
     lines = [line.strip() for line in text.replace("\r", "\n").split("\n") if line.strip()]
     if not lines:
-        return _bounded(message.strip(), ERROR_LIMIT)
+        return untrusted.field(message.strip(), ERROR_LIMIT)
     chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0])
-    return _bounded(chosen, ERROR_LIMIT)
+    return untrusted.field(chosen, ERROR_LIMIT)
 
 
 def failure_note(record: CopyRecord) -> str:
     """The job's exception note for a failed copy: the state, the directive, the first error."""
     error = first_error(record.message) or f"status {record.status}"
-    return f"{record.state.value} failed: {_bounded(record.directive, 200)}: {error}"
+    return f"{record.state.value} failed: {untrusted.field(record.directive, 200)}: {error}"
 
 
 def summary(record: CopyRecord) -> str:
@@ -235,35 +236,9 @@ def summary(record: CopyRecord) -> str:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    """A string field, safe for Flux's JSON: no NUL, no lone surrogate (jansson refuses both)."""
-    if not isinstance(value, str):
-        return ""
-    return value.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
-
-
-def _bounded(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    meta = _mapping(obj.get("metadata"))
-    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
-
-
 def _index(value: Any) -> int | None:
     if isinstance(value, str) and value.isdigit() and len(value) < 6:
         return int(value)
-    return None
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
-        return value
     return None
 
 

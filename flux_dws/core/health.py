@@ -24,7 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
+from flux_dws.base.jobid import f58
 
 #: Every drain reason flux-dws writes starts with this; anything else is an admin's.
 DRAIN_TAG = "dws: "
@@ -87,9 +89,11 @@ class Rabbit:
 
 
 def _text(value: Any, limit: int = MAX_NAME) -> str | None:
+    """A name or message from a resource, as one safe line; None when it is missing, empty
+    or holds a NUL (no such name can match a Flux host)."""
     if not isinstance(value, str) or not value or "\0" in value:
         return None
-    return value[:limit]
+    return untrusted.text(value, limit)
 
 
 def _status(value: Any) -> str:
@@ -128,12 +132,13 @@ def is_ours(reason: str | None) -> bool:
 
 def rabbit_reason(why: str) -> str:
     """The drain reason for a node whose rabbit or link is down (``why`` names the rabbit)."""
-    return (DRAIN_TAG + why)[:MAX_REASON]
+    return untrusted.text(DRAIN_TAG + why, MAX_REASON)
 
 
-def job_reason(jobid: int | str, why: str) -> str:
-    """The drain reason for a node that failed job ``jobid`` (``why``: workflow and cause)."""
-    return f"{JOB_DRAIN}{jobid}: {why}"[:MAX_REASON]
+def job_reason(jobid: int, why: str) -> str:
+    """The drain reason for a node that failed job ``jobid`` (``why``: workflow and cause),
+    the job named in f58 as flux-core names jobs in drain reasons."""
+    return untrusted.text(f"{JOB_DRAIN}{f58(jobid)}: {why}", MAX_REASON)
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,7 @@ def system_status_patch(current: Any, wanted: Mapping[str, str]) -> dict[str, An
     """
     data = current.get("data") if isinstance(current, Mapping) else None
     nodes = data.get("nodes") if isinstance(data, Mapping) else None
-    nodes = nodes if isinstance(nodes, Mapping) else {}
+    nodes = untrusted.mapping(nodes)
     changes = {h: s for h, s in sorted(wanted.items()) if nodes.get(h) != s}
     return {"data": {"nodes": changes}} if changes else None
 

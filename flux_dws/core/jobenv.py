@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from flux_dws.base.sanitize import echo
+from flux_dws.base.untrusted import echo
 
 #: A portable environment variable name (POSIX: letters, digits, '_', not led by a digit).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

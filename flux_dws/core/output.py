@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base import untrusted
+
 #: The job's KVS key (under its job directory) that holds the saved output.
 OUTPUT_KEY = "dws.output"
 OUTPUT_VERSION = 1
@@ -106,19 +108,24 @@ def pod_containers(pod: Any) -> list[ContainerStatus]:
     """Every container (init containers first) of a pod object, in the pod's order."""
     if not isinstance(pod, Mapping):
         return []
-    meta = _mapping(pod.get("metadata"))
-    name = _text(meta.get("name"))
-    status = _mapping(pod.get("status"))
-    spec = _mapping(pod.get("spec"))
+    meta = untrusted.mapping(pod.get("metadata"))
+    name = untrusted.field(meta.get("name"))
+    status = untrusted.mapping(pod.get("status"))
+    spec = untrusted.mapping(pod.get("spec"))
     found: list[ContainerStatus] = []
     for spec_key, status_key in (
         ("initContainers", "initContainerStatuses"),
         ("containers", "containerStatuses"),
     ):
         statuses = {
-            _text(s.get("name")): s for s in _list(status.get(status_key)) if isinstance(s, Mapping)
+            untrusted.field(s.get("name")): s
+            for s in untrusted.sequence(status.get(status_key))
+            if isinstance(s, Mapping)
         }
-        names = [_text(_mapping(c).get("name")) for c in _list(spec.get(spec_key))]
+        names = [
+            untrusted.field(untrusted.mapping(c).get("name"))
+            for c in untrusted.sequence(spec.get(spec_key))
+        ]
         names += [n for n in statuses if n not in names]
         for container in names:
             if container:
@@ -130,26 +137,28 @@ def _container(
     pod: str, name: str, status: Mapping[str, Any], pod_status: Mapping[str, Any]
 ) -> ContainerStatus:
     """Terminated now, else terminated before (a restart), else running or waiting."""
-    restarts = _int(status.get("restartCount")) or 0
-    state = _mapping(status.get("state"))
-    last = _mapping(status.get("lastState"))
+    restarts = _int32(status.get("restartCount")) or 0
+    state = untrusted.mapping(status.get("state"))
+    last = untrusted.mapping(status.get("lastState"))
     terminated = state.get("terminated")
     if isinstance(terminated, Mapping):
-        code = _int(terminated.get("exitCode"))
+        code = _int32(terminated.get("exitCode"))
         return ContainerStatus(pod, name, "terminated", code, _reason(terminated), restarts)
     waiting = state.get("waiting")
     ended = last.get("terminated")
     if isinstance(ended, Mapping):  # waiting to restart (CrashLoopBackOff) after an exit
         reason = _reason(ended)
-        if isinstance(waiting, Mapping) and _text(waiting.get("reason")):
-            reason = f"{reason}, then {_text(waiting.get('reason'))}" if reason else reason
-        code = _int(ended.get("exitCode"))
+        if isinstance(waiting, Mapping) and untrusted.field(waiting.get("reason")):
+            reason = (
+                f"{reason}, then {untrusted.field(waiting.get('reason'))}" if reason else reason
+            )
+        code = _int32(ended.get("exitCode"))
         return ContainerStatus(pod, name, "terminated", code, reason, restarts)
     if isinstance(waiting, Mapping):
         return ContainerStatus(pod, name, "waiting", None, _reason(waiting), restarts)
     if isinstance(state.get("running"), Mapping):
         return ContainerStatus(pod, name, "running", None, "", restarts)
-    why = _bounded(_text(pod_status.get("reason")), 200)
+    why = untrusted.field(untrusted.field(pod_status.get("reason")), 200)
     return ContainerStatus(pod, name, "unknown", None, why, restarts)
 
 
@@ -175,7 +184,7 @@ def tail(data: bytes, limit: int) -> tuple[str, bool]:
         newline = data.find(b"\n")
         if 0 <= newline < len(data) - 1:
             data = data[newline + 1 :]
-    text = data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    text = untrusted.field(data.decode("utf-8", errors="replace"))
     return text, truncated
 
 
@@ -192,63 +201,42 @@ def read_saved(value: Any) -> SavedOutput | None:
     if not isinstance(value, Mapping) or value.get("version") != OUTPUT_VERSION:
         return None
     outputs = []
-    for entry in _list(value.get("containers")):
+    for entry in untrusted.sequence(value.get("containers")):
         if not isinstance(entry, Mapping):
             continue
         status = ContainerStatus(
-            pod=_text(entry.get("pod")),
-            name=_text(entry.get("name")),
-            state=_text(entry.get("state")) or "unknown",
-            exit_code=_int(entry.get("exit_code")),
-            reason=_text(entry.get("reason")),
-            restarts=_int(entry.get("restarts")) or 0,
+            pod=untrusted.field(entry.get("pod")),
+            name=untrusted.field(entry.get("name")),
+            state=untrusted.field(entry.get("state")) or "unknown",
+            exit_code=_int32(entry.get("exit_code")),
+            reason=untrusted.field(entry.get("reason")),
+            restarts=_int32(entry.get("restarts")) or 0,
         )
         outputs.append(
             ContainerOutput(
                 status,
-                log=_text(entry.get("log")),
+                log=untrusted.field(entry.get("log")),
                 truncated=entry.get("truncated") is True,
-                error=_text(entry.get("error")),
+                error=untrusted.field(entry.get("error")),
             )
         )
     return SavedOutput(
         tuple(outputs),
-        note=_text(value.get("note")),
-        limit=_int(value.get("limit")) or 0,
-        skipped=_int(value.get("skipped")) or 0,
+        note=untrusted.field(value.get("note")),
+        limit=_int32(value.get("limit")) or 0,
+        skipped=_int32(value.get("skipped")) or 0,
     )
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
-def _text(value: Any) -> str:
-    """A string field, safe for Flux's JSON: no NUL, no lone surrogate (jansson refuses both)."""
-    if not isinstance(value, str):
-        return ""
-    return value.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
-        return value
-    return None
-
-
-def _bounded(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _int32(value: Any) -> int | None:
+    return untrusted.integer(value, untrusted.INT32_MIN, untrusted.INT32_MAX)
 
 
 def _reason(detail: Mapping[str, Any]) -> str:
     """A container state's reason, with its message when there is one (bounded)."""
-    reason, message = _text(detail.get("reason")), _text(detail.get("message"))
+    reason, message = untrusted.field(detail.get("reason")), untrusted.field(detail.get("message"))
     text = f"{reason}: {message}" if reason and message else reason or message
-    return _bounded(" ".join(text.split()), 300)
+    return untrusted.field(" ".join(text.split()), 300)

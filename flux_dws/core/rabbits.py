@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.hostlist import HostlistError, expand_hostlist, expand_idset
 
 GIB = 2**30
@@ -57,11 +58,10 @@ class Rabbit:
 
 
 def _name(obj: Mapping[str, Any], what: str) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = untrusted.mapping(untrusted.mapping(obj).get("metadata")).get("name")
     if not isinstance(name, str) or not name:
         raise RabbitError(f"{what} without a metadata.name")
-    return name
+    return untrusted.field(name)
 
 
 def rabbit_inventory(

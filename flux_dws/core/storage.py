@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flux_dws.base.sanitize import ECHO_LIMIT, echo, one_line
+from flux_dws.base import untrusted
+from flux_dws.base.untrusted import ECHO_LIMIT, echo
 
 PER_COMPUTE = "AllocatePerCompute"
 PER_SERVER = "AllocatePerServer"
@@ -72,7 +73,7 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
             raise StorageError(f"DirectiveBreakdown [{i}] must be an object, not {_kind(bd)}")
         meta = _mapping(bd, "metadata", f"DirectiveBreakdown [{i}]")
         name = meta.get("name")
-        who = f"DirectiveBreakdown {_echo(name) if isinstance(name, str) else f'[{i}]'}"
+        who = f"DirectiveBreakdown {echo(name) if isinstance(name, str) else f'[{i}]'}"
         status = _mapping(bd, "status", who)
         error = status.get("error")
         if error:
@@ -95,10 +96,10 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
                 raise StorageError(f"{where} must be an object, not {_kind(aset)}")
             strategy = aset.get("allocationStrategy")
             if strategy not in STRATEGIES:
-                raise StorageError(f"{who}: unknown allocationStrategy {_echo(strategy)}")
+                raise StorageError(f"{who}: unknown allocationStrategy {echo(strategy)}")
             capacity = aset.get("minimumCapacity")
             if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-                raise StorageError(f"{who}: minimumCapacity {_echo(capacity)} is not a size")
+                raise StorageError(f"{who}: minimumCapacity {echo(capacity)} is not a size")
             label = aset.get("label", "")
             if not isinstance(label, str):
                 raise StorageError(f"{where}.label must be a string, not {_kind(label)}")
@@ -124,12 +125,12 @@ def breakdown_error(error: Any) -> str:
     userMessage, debugMessage, type, severity): its user-facing message, never the debug
     detail, which is for the admin's logs."""
     if not isinstance(error, Mapping):
-        return f"error {_echo(error)}"
+        return f"error {echo(error)}"
     kind, message = error.get("type"), error.get("userMessage")
     kind = kind if isinstance(kind, str) and kind else ""
-    head = f"{one_line(kind, 20)} error" if kind else "error"
+    head = f"{untrusted.text(kind, 20)} error" if kind else "error"
     if isinstance(message, str) and message.strip():
-        return f"{head}: {one_line(message.strip(), 400)}"
+        return f"{head}: {untrusted.text(message.strip(), 400)}"
     return f"{head} (DWS gave no user message; the admin can read the DirectiveBreakdown)"
 
 
@@ -144,10 +145,6 @@ def _mapping(data: Mapping[str, Any], key: str, who: str) -> Mapping[str, Any]:
 
 def _kind(value: Any) -> str:
     return type(value).__name__
-
-
-def _echo(value: Any) -> str:
-    return echo(value) if isinstance(value, str) else one_line(repr(value), ECHO_LIMIT)
 
 
 def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
@@ -167,14 +164,14 @@ def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
 def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]:
     """compute hostname -> rabbit name, from a DWS SystemConfiguration."""
     mapping: dict[str, str] = {}
-    config = system_configuration if isinstance(system_configuration, Mapping) else {}
+    config = untrusted.mapping(system_configuration)
     spec = config.get("spec")
     nodes = spec.get("storageNodes") if isinstance(spec, Mapping) else None
-    for node in nodes if isinstance(nodes, list) else []:  # a malformed entry serves nothing
+    for node in untrusted.sequence(nodes):  # a malformed entry serves nothing
         if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
             continue
         accesses = node.get("computesAccess")
-        for access in accesses if isinstance(accesses, list) else []:
+        for access in untrusted.sequence(accesses):
             name = access.get("name") if isinstance(access, Mapping) else None
             if isinstance(name, str) and name and node["name"]:
                 mapping[name] = node["name"]
@@ -205,7 +202,7 @@ def plan_servers(
     missing = [h for h in hosts if h not in rabbits]
     if missing:
         raise StorageError(
-            f"no rabbit serves compute node {one_line(missing[0], ECHO_LIMIT)}"
+            f"no rabbit serves compute node {untrusted.text(missing[0], ECHO_LIMIT)}"
             " (not in the SystemConfiguration)"
         )
     per_rabbit: dict[str, int] = {}

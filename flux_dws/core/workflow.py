@@ -22,6 +22,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.core.states import State, Status
 
@@ -329,8 +330,7 @@ class _Fields:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return untrusted.echo(value, 60)
 
 
 # --------------------------------------------------------------------------- containers
@@ -493,7 +493,7 @@ def _pod_style(
     value: Mapping[Any, Any], message: str, detail: str
 ) -> tuple[ContainerState | None, str, str]:
     for word, inner in value.items():
-        inner = inner if isinstance(inner, Mapping) else {}
+        inner = untrusted.mapping(inner)
         message = message or _text(inner, "message") or _text(inner, "reason")
         if word == "running":
             return ContainerState.STARTED, message, detail
@@ -507,7 +507,7 @@ def _pod_style(
 
 
 def _exit_code_state(code: Any) -> ContainerState | None:
-    if isinstance(code, int) and not isinstance(code, bool):
+    if untrusted.integer(code) is not None:
         return ContainerState.EXITED if code == 0 else ContainerState.FAILED
     return None
 
@@ -535,5 +535,4 @@ def _word(word: str) -> ContainerState | None:
 
 
 def _text(entry: Mapping[Any, Any], key: str) -> str:
-    value = entry.get(key)
-    return value.strip() if isinstance(value, str) else ""
+    return untrusted.field(entry.get(key)).strip()

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from flux_dws.base.sanitize import json_safe, one_line
+from flux_dws.base.untrusted import json_safe, text
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
 
 log = logging.getLogger("flux-dws.flux.jobmanager")
@@ -35,7 +35,7 @@ class JobManager:
         self.sent: dict[str, int] = {}
 
     def _rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
-        """Send one request; nothing jansson refuses leaves here (flux_dws.base.sanitize), so a
+        """Send one request; nothing jansson refuses leaves here (flux_dws.base.untrusted), so a
         NUL in a DWS message can never make the plugin refuse the request."""
         self.sent[method] = self.sent.get(method, 0) + 1
         self.transport.rpc(method, json_safe(payload), on_done)
@@ -90,7 +90,7 @@ class JobManager:
     def raise_exception(
         self, jobid: int, type_: str, severity: int, note: str, on_done: Callback
     ) -> None:
-        note = one_line(note, NOTE_LIMIT)
+        note = text(note, NOTE_LIMIT)
         payload = {"id": jobid, "type": type_, "severity": severity, "note": note}
         self._rpc("raise", payload, on_done)
 
@@ -101,7 +101,7 @@ class JobManager:
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
         """Post a dws-* event; its strings come from DWS, so control characters are escaped."""
-        context = json_safe(dict(context), text=True)
+        context = json_safe(dict(context), one_line=True)
         self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
 
     def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
 from flux_dws.core.health import Failures
 from flux_dws.core.lifecycle import JobException, JobPhase, JobView, ProposalInfo
@@ -92,8 +93,7 @@ def _state(value: Any) -> State | None:
 
 
 def _reason(event: Mapping[str, Any]) -> str:
-    reason = event.get("reason")
-    return reason if isinstance(reason, str) else ""
+    return untrusted.field(event.get("reason"))
 
 
 def _number(value: Any) -> float | None:

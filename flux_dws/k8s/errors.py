@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from flux_dws.base import untrusted
+
 #: HTTP statuses worth another attempt: throttling and server-side trouble.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -21,7 +23,7 @@ _WEBHOOK_PREFIX = re.compile(r"^admission webhook \"[^\"]*\" denied the request:
 
 
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    return untrusted.text(str(text).strip())
 
 
 class KubeError(Exception):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.core.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
 from flux_dws.core.output import (
     MAX_CONTAINERS,
@@ -56,7 +57,7 @@ def read_data_movements(kube: KubeClient, workflow: str, namespace: str) -> list
         label_selector=selector,
     )
     items = result.get("items") if isinstance(result, dict) else None
-    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
 
 
 def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) -> SavedOutput:
@@ -105,7 +106,7 @@ def _list_pods(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str
         "list", "pods of workflow", f"{namespace}/{workflow}", fetch, timeout_arg=False
     )
     items = result.get("items") if isinstance(result, dict) else None
-    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
 
 
 def _read_tail(

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.core.identity import FINALIZER, WLM_ID, owned_jobid, ownership_labels, workflow_name
 from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError
@@ -223,7 +224,7 @@ class ContainerTimeouts:
 def container_timeouts(profile: Mapping[str, Any]) -> ContainerTimeouts:
     """The timeouts of a container profile, with nnf-sos's defaults for missing ones."""
     data = profile.get("data")
-    data = data if isinstance(data, Mapping) else {}
+    data = untrusted.mapping(data)
 
     def seconds(key: str) -> int:
         value = data.get(key)

@@ -1,0 +1,238 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""One reader for untrusted data: everything from Kubernetes, DWS, NNF or a user.
+
+Such data may be of any type and any size, and its text may hold NUL, control characters
+(ESC sequences that would drive a terminal), invalid UTF-8 or lone UTF-16 surrogates.  Flux
+parses every message with jansson, which refuses a NUL (``\\u0000``), a lone surrogate and the
+non-numbers NaN and Infinity: one such character anywhere in a request makes the jobtap plugin
+refuse the whole request (EPROTO).  So every reading of such data goes through this module:
+
+- :func:`text`: any value as one safe, printable line, cut to a limit (messages, names,
+  anything shown to a person or put in a Flux exception);
+- :func:`lines`: the same, but newlines (and tabs) kept (container output);
+- :func:`field`: a string field kept as it is (newlines, tabs and printable text), with only
+  what jansson refuses replaced; "" when it is not a string;
+- :func:`mapping`, :func:`sequence`, :func:`integer`, :func:`name_of`: typed reads with a
+  safe fallback;
+- :func:`json_safe` / :func:`jansson_problem`: a whole payload made, or checked, acceptable.
+
+One rendering everywhere: a character that is not printable is written as Python writes it in
+a string literal (``\\n``, ``\\r``, ``\\t``, ``\\x00``, ``\\x1b``, ``\\u202e``); a lone
+surrogate or undecodable byte becomes U+FFFD; a cut text ends in ``...``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: How many characters of untrusted input an error message echoes.
+ECHO_LIMIT = 80
+#: The default bound of :func:`text`: no single line from outside is longer.
+TEXT_LIMIT = 4096
+#: The mark that ends a text cut short.
+CUT = "..."
+#: The placeholder for a missing or unreadable name.
+UNKNOWN = "?"
+#: Integers that go to Flux (jansson's json_int_t) and Kubernetes (int64).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Integers a Kubernetes int32 field holds (exit codes, restart counts).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_REPLACEMENT = "\ufffd"
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _is_surrogate(char: str) -> bool:
+    return 0xD800 <= ord(char) <= 0xDFFF
+
+
+def _escape(char: str) -> str:
+    """One character as shown: itself when printable, else its escape (or U+FFFD)."""
+    if char.isprintable():
+        return char
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if 0xD800 <= code <= 0xDFFF:
+        return _REPLACEMENT
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def _as_str(value: Any) -> str:
+    """Any value as a str: bytes decoded as UTF-8 (bad bytes -> U+FFFD), anything else str()
+    (and its type's name should even str() fail)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    try:
+        return str(value)
+    except Exception:  # a broken __str__ is untrusted too
+        return f"<{type(value).__name__}>"
+
+
+def _cut(shown: str, limit: int | None) -> str:
+    if limit is not None and len(shown) > limit:
+        return shown[: max(limit - len(CUT), 0)] + CUT[: max(limit, 0)]
+    return shown
+
+
+def _render(value: Any, limit: int | None, keep: str) -> str:
+    raw = _as_str(value)
+    if limit is not None and len(raw) > limit + 1:
+        raw = raw[: limit + 1]  # each character shows as one or more: no need to read the rest
+    shown = "".join(c if c in keep else _escape(c) for c in raw)
+    return _cut(shown, limit)
+
+
+def text(value: Any, limit: int | None = TEXT_LIMIT) -> str:
+    """``value`` (of any type) as one printable line: control and other non-printable
+    characters escaped (``\\n``, ``\\x00``, ``\\x1b``), lone surrogates and bad UTF-8 as U+FFFD,
+    and at most ``limit`` characters (then ending in ``...``; ``None``: no limit)."""
+    return _render(value, limit, "")
+
+
+def lines(value: Any, limit: int | None = None) -> str:
+    """As :func:`text`, but newlines and tabs kept: text of several lines (container output)
+    that is safe to print on a terminal."""
+    return _render(value, limit, "\n\t")
+
+
+def field(value: Any, limit: int | None = None) -> str:
+    """A string field of untrusted data, as it is but safe for Flux's JSON: NUL as ``\\x00``, a
+    lone surrogate as U+FFFD, cut to ``limit``; "" when ``value`` is not a string.
+
+    Other characters are kept (a log's ESC too): print it through :func:`text` or
+    :func:`lines`."""
+    if not isinstance(value, str):
+        return ""
+    if limit is not None and len(value) > limit:
+        value = _cut(value, limit)
+    if any(c == "\x00" or _is_surrogate(c) for c in value):
+        value = "".join(
+            "\\x00" if c == "\x00" else _REPLACEMENT if _is_surrogate(c) else c for c in value
+        )
+        value = _cut(value, limit)
+    return value
+
+
+def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """Untrusted input quoted for an error message: a string escaped, cut and in quotes,
+    anything else its repr, escaped and cut."""
+    if isinstance(value, str):
+        return f"'{text(value, limit)}'"
+    try:
+        shown = repr(value)
+    except Exception:
+        shown = f"<{type(value).__name__}>"
+    return text(shown, limit)
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one."""
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
+def sequence(value: Any) -> list[Any]:
+    """``value``'s items when it is a list or tuple, else none."""
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def integer(value: Any, low: int = INT64_MIN, high: int = INT64_MAX) -> int | None:
+    """``value`` when it is an int (never a bool) with ``low <= value <= high``, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return int(value)
+    return None
+
+
+def count(value: Any, high: int = INT64_MAX) -> int | None:
+    """A non-negative int that fits an int64 (or ``high``), else None."""
+    return integer(value, 0, high)
+
+
+def name_of(obj: Any, *, namespaced: bool = False, limit: int = 253) -> str:
+    """``obj``'s metadata.name as one safe line (``namespace/name`` with ``namespaced``);
+    ``?`` for a missing or empty one."""
+    meta = mapping(mapping(obj).get("metadata"))
+    name = text(meta.get("name"), limit) if isinstance(meta.get("name"), str) else ""
+    if namespaced:
+        space = text(meta.get("namespace"), limit) if isinstance(meta.get("namespace"), str) else ""
+        return f"{space or UNKNOWN}/{name or UNKNOWN}"
+    return name or UNKNOWN
+
+
+def jansson_problem(value: Any, path: str = "") -> str | None:
+    """Why jansson would refuse ``value`` once sent as JSON (None if it would not).
+
+    The same rules as ``json_loads(text, 0, ...)`` in flux-core's job-manager: no NUL in any
+    string or key, no lone surrogate, no NaN or infinity.
+    """
+    if isinstance(value, str):
+        for char in value:
+            if char == "\x00":
+                return f"{path or 'value'}: NUL (\\u0000) is not allowed"
+            if _is_surrogate(char):
+                return f"{path or 'value'}: lone surrogate U+{ord(char):04X} is invalid Unicode"
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path or 'value'}: {value} is not a JSON number"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            problem = jansson_problem(str(key), where) or jansson_problem(item, where)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = jansson_problem(item, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def json_safe(value: Any, *, one_line: bool = False) -> Any:
+    """A copy of a JSON payload that jansson accepts: strings (and keys) through :func:`field`
+    (or :func:`text`, unbounded, with ``one_line``), non-finite floats as None."""
+    if isinstance(value, str):
+        return text(value, None) if one_line else field(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {
+            json_safe(_as_str(k), one_line=one_line): json_safe(v, one_line=one_line)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, one_line=one_line) for v in value]
+    return value
+
+
+__all__ = [
+    "CUT",
+    "ECHO_LIMIT",
+    "INT32_MAX",
+    "INT32_MIN",
+    "INT64_MAX",
+    "INT64_MIN",
+    "TEXT_LIMIT",
+    "UNKNOWN",
+    "count",
+    "echo",
+    "field",
+    "integer",
+    "jansson_problem",
+    "json_safe",
+    "lines",
+    "mapping",
+    "name_of",
+    "sequence",
+    "text",
+]
