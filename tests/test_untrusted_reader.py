@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flux_dws.base import sanitize, untrusted
+from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.cli import main
 from flux_dws.cli.sources import SourceError
@@ -150,8 +150,6 @@ def test_the_same_untrusted_string_reads_the_same_on_every_path():
         "text": untrusted.text(BAD),
         "field": untrusted.field(BAD),
         "lines": untrusted.lines(BAD),
-        "sanitize.one_line": sanitize.one_line(BAD),
-        "sanitize.safe_text": sanitize.safe_text(BAD),
         "json_safe": untrusted.json_safe({"k": BAD})["k"],
         "copies": record.message,
         "output.reason": container.status.reason,

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flux_dws.base.jobid import f58
+from flux_dws.base.untrusted import name_of
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.health import Failures, mount_failures, setup_failures
 from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
@@ -26,7 +27,7 @@ from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError, needs_from_breakdowns, plan_servers
 from flux_dws.k8s import KubeClient, WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
-from flux_dws.service.executor import ActionExecutor, name_of
+from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.failures import primary_group
 from flux_dws.service.jobs import HALT, Done, Seen, Tracked
 

@@ -17,9 +17,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
-from flux_dws.base.sanitize import one_line
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.policy import Policy
 from flux_dws.core.storage import rabbit_map
@@ -172,7 +172,7 @@ class ActionExecutor:
     def fail_job(self, tracked: Tracked, note: str, done: Done) -> None:
         """A definitive failure found while acting: the job gets it as its exception, and
         the rest of the chain is dropped (the next decision sees the exception)."""
-        log.error("job %s: %s", f58(tracked.jobid), one_line(note))
+        log.error("job %s: %s", f58(tracked.jobid), untrusted.text(note, None))
 
         def raised(error: str | Halt | None) -> None:
             done(HALT if error is None else error)
@@ -185,7 +185,7 @@ class ActionExecutor:
             f58(tracked.jobid),
             self.workflow_name(tracked),
             action.type,
-            one_line(action.note),
+            untrusted.text(action.note, None),
         )
 
         def raised(error: str | Halt | None) -> None:
@@ -322,10 +322,3 @@ def _rv(version: Any) -> int:
         return int(version or 0)
     except (TypeError, ValueError):
         return 0
-
-
-def name_of(obj: Mapping[str, Any]) -> str:
-    """An object's metadata.name for a log line ("?" when it has none)."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    return str(name) if name else "?"

@@ -18,6 +18,8 @@ import os
 import socket
 from collections.abc import Mapping
 
+from flux_dws.base import untrusted
+
 log = logging.getLogger("flux-dws")
 
 
@@ -44,7 +46,10 @@ class Notifier:
         """Send ``KEY=VALUE`` lines (``ready="1"`` -> ``READY=1``); False if it could not."""
         if self.address is None:
             return False
-        lines = [f"{key.upper()}={_one_line(value)}" for key, value in fields.items()]
+        lines = [
+            f"{key.upper()}={untrusted.text(' '.join(str(value).split()), None)}"
+            for key, value in fields.items()
+        ]
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
@@ -84,7 +89,3 @@ def _watchdog_seconds(env: Mapping[str, str]) -> float | None:
     if pid and (not pid.isdigit() or int(pid) != os.getpid()):
         return None
     return int(usec) / 1e6
-
-
-def _one_line(value: str) -> str:
-    return " ".join(str(value).split())

@@ -26,6 +26,7 @@ from typing import Any
 
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
+from flux_dws.base.untrusted import name_of
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.lifecycle import JobPhase
@@ -38,7 +39,7 @@ from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.service import dispatch
-from flux_dws.service.executor import ActionExecutor, name_of
+from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked

@@ -15,7 +15,7 @@ import threading
 from typing import Any, Callable
 
 from flux_dws.base.loop import Loop
-from flux_dws.base.sanitize import jansson_problem
+from flux_dws.base.untrusted import jansson_problem
 from flux_dws.flux.transport import Callback, Payload, RpcError
 from flux_dws.testing.fakeflux.plugin import DwsPlugin, Request
 
