@@ -426,7 +426,7 @@ def test_status_and_list_of_a_job_waiting_in_prerun(stack):
 def test_unknown_job_is_one_line(stack):
     code, out, err = run(["logs", "42"], StackSource(stack))
     assert code == 1 and out == ""
-    assert err == "flux-dws logs: job 42 not found\n"
+    assert err == f"flux-dws logs: job {f58(42)} not found\n"
 
 
 def test_cleanup_sweeps_an_orphan_and_leaves_held_jobs_and_other_instances_alone():
@@ -447,8 +447,8 @@ def test_cleanup_sweeps_an_orphan_and_leaves_held_jobs_and_other_instances_alone
             code, out, _ = run(["cleanup", "--dry-run"], StackSource(stack))
             assert code == 0
             assert out.splitlines() == [
-                f"would sweep fluxjob-sweeper-7 ({f58(7)}): job 7 is not held by this instance"
-                " (inactive or unknown)"
+                f"would sweep fluxjob-sweeper-7 ({f58(7)}): job {f58(7)} is not held by this "
+                "instance (inactive or unknown)"
             ]
             code, out, _ = run(["cleanup", "--timeout", "20"], StackSource(stack))
             assert code == 0, out

@@ -31,7 +31,7 @@ from flux_dws.k8s import (
     WorkflowWatch,
     container_timeouts,
 )
-from flux_dws.k8s.client import _AtMostEvery
+from flux_dws.k8s.config import _AtMostEvery
 from flux_dws.k8s.resources import (
     DEFAULT_CONTAINER_TIMEOUT,
     DWS_GROUP,

@@ -30,7 +30,7 @@ from flux_dws.core.storage import StorageError, breakdown_error, needs_from_brea
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view
 from flux_dws.flux.transport import RpcError
-from flux_dws.k8s.client import merge_patch_kwargs
+from flux_dws.k8s.calls import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
@@ -159,7 +159,7 @@ def test_permanent_and_transient_failures():
 
 
 def test_merge_patch_keyword_only_where_the_client_takes_it():
-    from flux_dws.k8s.client import MERGE_PATCH
+    from flux_dws.k8s.calls import MERGE_PATCH
 
     def old(group, version, namespace, plural, name, body, **kwargs): ...  # noqa: ANN001
     def new(group, version, namespace, plural, name, body, _content_type=None): ...  # noqa: ANN001

@@ -203,7 +203,9 @@ def _sweep(
         try:
             kube.set_desired_state(sweep.name, State.TEARDOWN, hurry=True)
             pending[sweep.name] = sweep
-            log.info("job %d: workflow %s: Teardown requested (orphan)", sweep.jobid, sweep.name)
+            log.info(
+                "job %s: workflow %s: Teardown requested (orphan)", f58(sweep.jobid), sweep.name
+            )
         except KubeError as exc:
             if exc.status == 404:
                 _print(f"{sweep.name}: already gone", file=out)

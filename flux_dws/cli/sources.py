@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58
 from flux_dws.core.policy import Policy, policy_from_table
 from flux_dws.flux.bindings import FluxUnavailable, import_flux, run_under_flux_hint
 from flux_dws.k8s import KubeClient
@@ -161,15 +162,15 @@ class FluxSource(_KubeMixin):
             response = self.handle.rpc("job-info.lookup", payload).wait_for(self.timeout).get()
         except OSError as exc:
             if exc.errno == errno.ENOENT:
-                raise SourceError(f"job {jobid} not found") from None
+                raise SourceError(f"job {f58(jobid)} not found") from None
             if exc.errno == errno.EPERM:
-                raise SourceError(f"job {jobid}: not your job") from None
-            raise SourceError(f"job {jobid}: {exc.strerror or exc}") from None
+                raise SourceError(f"job {f58(jobid)}: not your job") from None
+            raise SourceError(f"job {f58(jobid)}: {exc.strerror or exc}") from None
         text = (response or {}).get("eventlog") or ""
         try:
             return [json.loads(line) for line in text.splitlines() if line.strip()]
         except ValueError as exc:
-            raise SourceError(f"job {jobid}: unreadable eventlog: {exc}") from None
+            raise SourceError(f"job {f58(jobid)}: unreadable eventlog: {exc}") from None
 
     def held_jobs(self) -> list[dict[str, Any]]:
         return list(self.plugin_list().get("jobs") or [])
@@ -185,8 +186,8 @@ class FluxSource(_KubeMixin):
             if exc.errno == errno.ENOENT:
                 return None
             if exc.errno == errno.EPERM:
-                raise SourceError(f"job {jobid}: not your job") from None
-            raise SourceError(f"job {jobid}: {key}: {exc.strerror or exc}") from None
+                raise SourceError(f"job {f58(jobid)}: not your job") from None
+            raise SourceError(f"job {f58(jobid)}: {key}: {exc.strerror or exc}") from None
         return _json((response or {}).get(key), jobid, key)
 
 
@@ -207,7 +208,7 @@ class StackSource(_KubeMixin):
         try:
             return list(self.stack.flux.info(jobid).eventlog)
         except OSError:
-            raise SourceError(f"job {jobid} not found") from None
+            raise SourceError(f"job {f58(jobid)} not found") from None
 
     def saved(self, jobid: int, key: str) -> Any:
         try:
@@ -215,7 +216,7 @@ class StackSource(_KubeMixin):
         except FileNotFoundError:
             return None
         except PermissionError:
-            raise SourceError(f"job {jobid}: not your job") from None
+            raise SourceError(f"job {f58(jobid)}: not your job") from None
 
     def held_jobs(self) -> list[dict[str, Any]]:
         return list(self.plugin_list().get("jobs") or [])
@@ -255,4 +256,4 @@ def _json(text: Any, jobid: int, key: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        raise SourceError(f"job {jobid}: {key} is not readable JSON") from None
+        raise SourceError(f"job {f58(jobid)}: {key} is not readable JSON") from None

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base.jobid import f58
 from flux_dws.core.identity import owned_jobid
 
 
@@ -38,9 +39,9 @@ def plan_cleanup(
             continue
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
-            reason = f"job {jobid} is not held by this instance; the workflow is being deleted"
+            reason = f"job {f58(jobid)} is not held by this instance; the workflow is being deleted"
         else:
-            reason = f"job {jobid} is not held by this instance (inactive or unknown)"
+            reason = f"job {f58(jobid)} is not held by this instance (inactive or unknown)"
         plan.append(Sweep(name=str(meta["name"]), jobid=jobid, reason=reason))
     plan.sort(key=lambda s: s.jobid)
     return plan

@@ -2,40 +2,35 @@
 """KubeClient: every Kubernetes request flux-dws makes, each bounded in time and retries.
 
 Synchronous and thread-safe: the service runs these calls on a KubeWorker thread, never on its
-event loop.  urllib3's own retries are turned off so that every attempt is ours to count
-(``counts``), log and bound: a request timeout per attempt, then jittered exponential backoff
-for retryable failures (connection trouble, 429, 5xx), at most ``retries`` times.
+event loop.  Each request goes through flux_dws.k8s.calls (a timeout per attempt, bounded
+jittered retries, every attempt counted); credentials come from flux_dws.k8s.config.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
-import os
-import threading
-import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from flux_dws.base.jobid import f58
 from flux_dws.core.identity import check_identity, instance_selector, workflow_name
 from flux_dws.core.states import State
-from flux_dws.k8s.backoff import backoff_delay, retry_after
+from flux_dws.k8s.calls import (
+    TRANSPORT_ERRORS,
+    Calls,
+    merge_patch_kwargs,
+    transport_error,
+)
+from flux_dws.k8s.config import load_configuration
 from flux_dws.k8s.errors import (
     KubeError,
     KubeSetupError,
     NameTaken,
-    WorkflowRejected,
-    describe_status,
-    is_retryable_status,
-    status_body_message,
-    webhook_message,
 )
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
@@ -71,85 +66,27 @@ log = logging.getLogger("flux-dws.k8s")
 
 T = TypeVar("T")
 
-#: Failures below HTTP: refused or reset connections, timeouts, truncated bodies.
-TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
-
-MERGE_PATCH = "application/merge-patch+json"
-
 #: How often a finalizer removal re-reads and retries after a conflict (409).
 CONFLICT_RETRIES = 10
 #: workflows per list request (kubectl's default chunk size), and how often one list may
 #: restart after its continue token expired.
 LIST_PAGE = 500
 LIST_RESTARTS = 3
+#: What a watch request names in its errors.
+WATCHED = "workflows in namespace"
 
 
-def load_configuration(kubeconfig: str | None) -> k8s.Configuration:
-    """Credentials from the policy's kubeconfig, else in-cluster, else the default kubeconfig."""
-    cfg = k8s.Configuration()
-    if kubeconfig:
-        source = f"kubeconfig {kubeconfig}"
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        source = "the in-cluster service account"
-    else:
-        source = "the default kubeconfig"
-    try:
-        if kubeconfig:
-            k8s_config.load_kube_config(
-                config_file=kubeconfig, client_configuration=cfg, persist_config=False
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=cfg)
-        else:
-            k8s_config.load_kube_config(client_configuration=cfg, persist_config=False)
-    except Exception as exc:  # the loaders raise many types; all mean "no usable credentials"
-        raise KubeSetupError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
-    cfg.retries = False  # we retry ourselves, so that every attempt is counted and logged
-    cfg.connection_pool_maxsize = 32
-    if cfg.refresh_api_key_hook is not None:
-        cfg.refresh_api_key_hook = _AtMostEvery(TOKEN_CHECK_INTERVAL, cfg.refresh_api_key_hook)
-    return cfg
+class _OfCalls:
+    """A KubeClient attribute that is its Calls' own (read and written through)."""
 
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-#: How often the loaders' token hook runs (it re-reads an expiring token).  The client calls
-#: it before every request, and each call re-applies the whole configuration, host and proxy
-#: environment included: a quarter of a patch's CPU time for a token that rarely changes.
-TOKEN_CHECK_INTERVAL = 1.0
+    def __get__(self, client: Any, owner: Any = None) -> Any:
+        return self if client is None else getattr(client.calls, self.name)
 
-
-class _AtMostEvery:
-    """Call ``hook(configuration)`` at most once per ``interval`` seconds (thread-safe).
-
-    The loaders' hook installs a fresh copy of itself each time it runs: take that one as the
-    hook to call next time, and stay in its place.
-    """
-
-    def __init__(self, interval: float, hook: Callable[[Any], None]) -> None:
-        self.interval, self.hook = interval, hook
-        self._last = float("-inf")
-        self._lock = threading.Lock()
-
-    def __call__(self, configuration: Any) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._last < self.interval:
-                return
-            self._last = now
-            self.hook(configuration)
-            installed = configuration.refresh_api_key_hook
-            if installed is not self and installed is not None:
-                self.hook = installed
-            configuration.refresh_api_key_hook = self
-
-
-class RequestObserver(Protocol):
-    """Told of every request attempt (API health, metrics); called on the calling thread."""
-
-    def attempt_started(self, verb: str, resource: str) -> Any:
-        """An attempt begins; the value returned comes back to ``attempt_ended``."""
-
-    def attempt_ended(self, token: Any, verb: str, code: int | None, attempt: int) -> None:
-        """It ended with HTTP status ``code`` (None: no HTTP answer); ``attempt`` > 1 is a retry."""
+    def __set__(self, client: Any, value: Any) -> None:
+        setattr(client.calls, self.name, value)
 
 
 class KubeClient:
@@ -173,14 +110,10 @@ class KubeClient:
         self.namespace = namespace
         self.identity = check_identity(identity)
         self.versions = versions
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
+        self.calls = Calls(
+            timeout=timeout, retries=retries, backoff_base=backoff_base, backoff_max=backoff_max
+        )
         self.host = api_client.configuration.host
-        self.counts: Counter[str] = Counter()
-        self.observer: RequestObserver | None = None
-        self._lock = threading.Lock()
         self._api = api_client
         self._custom = k8s.CustomObjectsApi(api_client)
         self._core = k8s.CoreV1Api(api_client)
@@ -244,10 +177,17 @@ class KubeClient:
     def close(self) -> None:
         self._api.close()
 
+    # What the requests are bounded by, and who watches them: held by flux_dws.k8s.calls.
+    timeout = _OfCalls("timeout")
+    retries = _OfCalls("retries")
+    backoff_base = _OfCalls("backoff_base")
+    backoff_max = _OfCalls("backoff_max")
+    counts = _OfCalls("counts")
+    observer = _OfCalls("observer")
+
     def request_counts(self) -> dict[str, int]:
         """A snapshot of ``counts`` (requests sent, by verb), safe to read from any thread."""
-        with self._lock:
-            return dict(self.counts)
+        return self.calls.snapshot()
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -259,18 +199,18 @@ class KubeClient:
                 _preload_content=False, _request_timeout=self.timeout
             )
 
-        self._call("get", "version", "/version", fetch, timeout_arg=False, retries=0)
+        self.calls.call("get", "version", "/version", fetch, timeout_arg=False, retries=0)
 
     def served_groups(self) -> dict[str, ServedGroup]:
         """API group -> served versions, from the API server's discovery document."""
 
         def fetch() -> Any:
             resp = k8s.ApisApi(self._api).get_api_versions(
-                _preload_content=False, _request_timeout=self._timeouts()
+                _preload_content=False, _request_timeout=self.calls.timeouts()
             )
             return json.loads(resp.data)
 
-        doc = self._call("get", "discovery", "/apis", fetch, timeout_arg=False)
+        doc = self.calls.call("get", "discovery", "/apis", fetch, timeout_arg=False)
         groups: dict[str, ServedGroup] = {}
         for group in doc.get("groups") or []:
             versions = tuple(v.get("version", "") for v in group.get("versions") or [])
@@ -313,7 +253,7 @@ class KubeClient:
         )
         name = body["metadata"]["name"]
         try:
-            return self._call(
+            return self.calls.call(
                 "create",
                 "workflow",
                 self._workflow(name),
@@ -329,7 +269,7 @@ class KubeClient:
                 raise
         existing = self.get_workflow(name)
         if existing is not None and is_ours(existing, self.identity, jobid):
-            log.info("workflow %s for job %d already exists; adopting it", name, jobid)
+            log.info("workflow %s for job %s already exists; adopting it", name, f58(jobid))
             return existing
         if existing is not None:
             raise NameTaken("create", "workflow", self._workflow(name))
@@ -388,7 +328,7 @@ class KubeClient:
 
     def _list_page(self, limit: int, token: str | None) -> tuple[list[dict], str, str | None]:
         extra = {"_continue": token} if token else {}
-        result = self._call(
+        result = self.calls.call(
             "list",
             "workflows in namespace",
             self.namespace,
@@ -462,7 +402,7 @@ class KubeClient:
 
     def list_storages(self) -> list[dict]:
         """Every rabbit's Storage resource (capacity, health, links to its computes)."""
-        found = self._call(
+        found = self.calls.call(
             "list",
             "storages",
             STORAGE_NAMESPACE,
@@ -498,7 +438,7 @@ class KubeClient:
             "metadata": {"name": name, "namespace": namespace},
             **patch,
         }
-        return self._call(
+        return self.calls.call(
             "create",
             "systemstatus",
             f"{namespace}/{name}",
@@ -516,7 +456,7 @@ class KubeClient:
             f"{DWS_GROUP}/workflow.name={workflow},"
             f"{DWS_GROUP}/workflow.namespace={namespace or self.namespace}"
         )
-        result = self._call(
+        result = self.calls.call(
             "list",
             "clientmounts",
             workflow,
@@ -570,12 +510,14 @@ class KubeClient:
 
         def fetch() -> Any:
             resp = self._core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=self._timeouts()
+                name, namespace, _preload_content=False, _request_timeout=self.calls.timeouts()
             )
             return json.loads(resp.data)
 
         try:
-            secret = self._call("get", "secret", f"{namespace}/{name}", fetch, timeout_arg=False)
+            secret = self.calls.call(
+                "get", "secret", f"{namespace}/{name}", fetch, timeout_arg=False
+            )
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -616,7 +558,7 @@ class KubeClient:
                 status=409,
             )
         try:
-            self._call(
+            self.calls.call(
                 "delete",
                 "workflow",
                 target,
@@ -640,7 +582,7 @@ class KubeClient:
         No retry here: the watch loop owns reconnecting.  The server ends the stream after
         ``timeout_seconds``; ``read_timeout`` (longer) notices a connection that died silently.
         """
-        self._count("watch")
+        self.calls.count("watch")
         try:
             return self._custom.list_namespaced_custom_object(
                 DWS_GROUP,
@@ -656,28 +598,20 @@ class KubeClient:
                 _request_timeout=(self.timeout, read_timeout),
             )
         except ApiException as exc:
-            raise self._api_error("watch", "workflows in namespace", self.namespace, exc) from exc
+            raise self.calls.api_error(
+                "watch", "workflows in namespace", self.namespace, exc
+            ) from exc
         except TRANSPORT_ERRORS as exc:
-            raise _transport_error("watch", "workflows in namespace", self.namespace, exc) from exc
+            raise transport_error("watch", "workflows in namespace", self.namespace, exc) from exc
 
     # -- plumbing ------------------------------------------------------------------------
-
-    def _timeouts(self) -> tuple[float, float]:
-        """(connect, read) seconds for one attempt.  A pair, never one number: clients
-        before the pydantic-generated ones take a lone timeout only as an int and silently
-        ignore a float, which would leave a hanging request without any bound."""
-        return (self.timeout, self.timeout)
 
     def workflow_name(self, jobid: int) -> str:
         return workflow_name(self.identity, jobid)
 
-    def _count(self, verb: str) -> None:
-        with self._lock:
-            self.counts[verb] += 1
-
     def _get(self, resource: str, target: str, *args: Any) -> dict | None:
         try:
-            return self._call(
+            return self.calls.call(
                 "get", resource, target, self._custom.get_namespaced_custom_object, *args
             )
         except KubeError as exc:
@@ -695,7 +629,7 @@ class KubeClient:
         *,
         retry_conflict: bool = True,
     ) -> dict:
-        return self._call(
+        return self.calls.call(
             "patch",
             resource,
             f"{namespace}/{name}",
@@ -709,96 +643,3 @@ class KubeClient:
             retry_conflict=retry_conflict,
             **self._merge_patch,
         )
-
-    def _call(
-        self,
-        verb: str,
-        resource: str,
-        target: str,
-        fn: Callable[..., T],
-        *args: Any,
-        retry_conflict: bool = False,
-        timeout_arg: bool = True,
-        retries: int | None = None,
-        **kwargs: Any,
-    ) -> T:
-        """One request with a timeout per attempt and bounded, jittered retries.
-
-        ``retry_conflict``: a 409 on an unconditional patch only means the server lost a race
-        with another writer; sending the same patch again is correct.
-        """
-        if timeout_arg:
-            kwargs["_request_timeout"] = self._timeouts()
-        attempt = 0
-        while True:
-            attempt += 1
-            self._count(verb)
-            hint: float | None = None
-            observer = self.observer
-            token = observer.attempt_started(verb, resource) if observer else None
-            code: int | None = None
-            try:
-                result = fn(*args, **kwargs)
-                code = 200
-                return result
-            except ApiException as exc:
-                code = exc.status or None
-                error = self._api_error(verb, resource, target, exc)
-                retryable = is_retryable_status(exc.status) or (
-                    retry_conflict and exc.status == 409
-                )
-                if exc.status == 429 and exc.headers:
-                    hint = retry_after(exc.headers.get("Retry-After"), self.backoff_max)
-                cause: BaseException = exc
-            except TRANSPORT_ERRORS as exc:
-                error = _transport_error(verb, resource, target, exc)
-                retryable = True
-                cause = exc
-            finally:
-                if observer is not None:
-                    observer.attempt_ended(token, verb, code, attempt)
-            if not retryable:
-                raise error from cause
-            if attempt > (self.retries if retries is None else retries):
-                if retries != 0:  # a probe's failure is the caller's to report
-                    log.warning("%s; giving up after %d attempts", error, attempt)
-                raise error from cause
-            delay = max(hint or 0.0, self._backoff(attempt))  # Retry-After is a minimum
-            log.info("%s; retry %d of %d in %.2fs", error, attempt, self.retries, delay)
-            time.sleep(delay)
-
-    def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_max)
-
-    def _api_error(self, verb: str, resource: str, target: str, exc: ApiException) -> KubeError:
-        message = status_body_message(exc.body)
-        if exc.status == 403 and resource == "workflow" and verb in ("create", "patch"):
-            reason = webhook_message(message)
-            if reason:
-                return WorkflowRejected(verb, resource, target, reason)
-        return KubeError(
-            verb,
-            resource,
-            target,
-            describe_status(exc.status, exc.reason, message),
-            status=exc.status,
-        )
-
-
-def merge_patch_kwargs(patch: Callable[..., Any]) -> dict[str, str]:
-    """The keyword that makes ``patch`` send a JSON merge patch, if this client has one.
-
-    The pydantic-generated clients (37.0.2 is tested) take ``_content_type``; older ones
-    (24.2.0 and 33.1.0 are tested) always send a merge patch for custom objects and refuse
-    any keyword they do not list (ApiTypeError), so it is passed only where the signature
-    names it.
-    """
-    try:
-        parameters = inspect.signature(patch).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"_content_type": MERGE_PATCH} if "_content_type" in parameters else {}
-
-
-def _transport_error(verb: str, resource: str, target: str, exc: BaseException) -> KubeError:
-    return KubeError(verb, resource, target, f"API server unreachable: {type(exc).__name__}: {exc}")

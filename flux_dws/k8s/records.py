@@ -46,7 +46,7 @@ def read_data_movements(kube: KubeClient, workflow: str, namespace: str) -> list
     if not kube.versions.nnf:
         return []
     selector = f"{WORKFLOW_NAME_LABEL}={workflow},{WORKFLOW_NAMESPACE_LABEL}={namespace}"
-    result = kube._call(
+    result = kube.calls.call(
         "list",
         "nnfdatamovements of workflow",
         f"{namespace}/{workflow}",
@@ -102,7 +102,7 @@ def _list_pods(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str
         )
         return json.loads(response.data)
 
-    result = kube._call(
+    result = kube.calls.call(
         "list", "pods of workflow", f"{namespace}/{workflow}", fetch, timeout_arg=False
     )
     items = result.get("items") if isinstance(result, dict) else None
@@ -135,7 +135,7 @@ def _read_tail(
             return bytes(response.data)
 
         where = f"{namespace}/{pod}/{container}"
-        data = kube._call("get", "pod log", where, fetch, timeout_arg=False)
+        data = kube.calls.call("get", "pod log", where, fetch, timeout_arg=False)
         more = data.count(b"\n") >= lines
         if len(data) < bound:
             return data, more

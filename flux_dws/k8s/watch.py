@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from flux_dws.k8s.backoff import backoff_delay
-from flux_dws.k8s.client import TRANSPORT_ERRORS, KubeClient
+from flux_dws.k8s.calls import TRANSPORT_ERRORS
+from flux_dws.k8s.client import KubeClient
 from flux_dws.k8s.errors import KubeError, describe_status
 from flux_dws.k8s.resources import name_of, version_of
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pwd
 
+from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core.policy import Policy
 from flux_dws.k8s import KubeError
@@ -75,4 +76,5 @@ def primary_group(userid: int) -> int | str:
 
 def error_text(exc: BaseException) -> str:
     """A failed call, in one line: Kubernetes errors say enough; others get their type."""
-    return str(exc) if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
+    shown = exc if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
+    return untrusted.text(shown)

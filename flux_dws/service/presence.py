@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-3.0-only
 """The service's standing with its instance: the job stream, heartbeats, standby, API alarms.
 
 A part of flux_dws.service.service.Service, given what it needs in its constructor.  It
@@ -18,6 +19,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.core.policy import Policy
@@ -245,10 +247,11 @@ def describe_peer(info: Any) -> str:
     """'pid 123 on host1 (active since 12:00:01)' from the plugin's description, whatever it is."""
     if not isinstance(info, dict):
         return "another flux-dws service"
-    pid, host, since = info.get("pid"), info.get("host"), info.get("since")
-    text = f"pid {pid}" if isinstance(pid, int) and not isinstance(pid, bool) else "a service"
+    pid = untrusted.integer(info.get("pid"))
+    host, since = info.get("host"), info.get("since")
+    text = f"pid {pid}" if pid is not None else "a service"
     if isinstance(host, str) and host:
-        text += f" on {host[:64]}"
+        text += f" on {untrusted.text(host, 64)}"
     if isinstance(since, (int, float)) and not isinstance(since, bool) and since > 0:
         text += f" (active since {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(since))})"
     return text

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import name_of
@@ -246,8 +247,8 @@ class Service:
         into the newest, keeping the first one's time; one drain per batch is queued.  The
         order of first arrival is kept, so a DELETED and a re-creation stay in order.
         """
-        meta = obj.get("metadata") or {}
-        key = (str(meta.get("name", "")), str(meta.get("uid", "")))
+        meta = untrusted.mapping(obj.get("metadata"))
+        key = (untrusted.field(meta.get("name")), untrusted.field(meta.get("uid")))
         seen = time.monotonic()
         with self._inbox_lock:
             waiting = self._inbox.get(key)
