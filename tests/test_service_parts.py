@@ -22,6 +22,7 @@ from waiting import wait_for
 
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import Attempts
+from flux_dws.service.upkeep import Upkeep
 from flux_dws.testing.stack import Stack
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -107,3 +108,22 @@ def test_a_job_the_service_forgets_takes_its_record_attempts_with_it(kind):
             return jobid not in stack.service.jobs and len(executor.attempts) == 0
 
         wait_for(lambda: stack.loop.run_sync(forgotten), what="the job to be forgotten")
+
+
+def test_the_api_probe_is_settled_on_the_loop(monkeypatch):
+    """Upkeep probes an idle API server from a worker; the answer is taken on the loop."""
+    writes: list[tuple[str, bool]] = []
+
+    def get_probing(self: Upkeep) -> bool:
+        return self.__dict__.get("_probing_seen", False)
+
+    def set_probing(self: Upkeep, value: bool) -> None:
+        writes.append((threading.current_thread().name, value))
+        self.__dict__["_probing_seen"] = value
+
+    monkeypatch.setattr(Upkeep, "_probing", property(get_probing, set_probing), raising=False)
+    with Stack(hosts=1, config={"heartbeat": "1s"}) as stack:
+        assert stack.service is not None
+        wait_for(lambda: any(not v for _, v in writes[1:]), what="a probe to be answered")
+    answered = [name for name, value in writes[1:] if not value]
+    assert answered and set(answered) == {LOOP_THREAD}
