@@ -28,7 +28,6 @@ from flux_dws.core.storage import StorageError, needs_from_breakdowns, plan_serv
 from flux_dws.k8s import KubeClient, WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.service.executor import ActionExecutor
-from flux_dws.service.failures import primary_group
 from flux_dws.service.jobs import HALT, Done, Seen, Tracked
 
 log = logging.getLogger("flux-dws")
@@ -40,15 +39,13 @@ def create_workflow(
     jobid = tracked.jobid
     if action.groupid < 0:  # not known yet: look it up on a worker (NSS may block)
 
-        def found(gid: int | str | None, exc: BaseException | None) -> None:
+        def found(gid: int | str) -> None:
             if isinstance(gid, int):
-                x.gids[action.userid] = gid
                 done(HALT)  # decide again with it
-                return
-            why = gid if isinstance(gid, str) else f"looking up uid {action.userid}: {exc}"
-            x.fail_job(tracked, f"cannot set the workflow's groupID: {why}", done)
+            else:
+                x.fail_job(tracked, f"cannot set the workflow's groupID: {gid}", done)
 
-        x.worker.submit(primary_group, action.userid, on_done=found)
+        x.look_up_group(action.userid, found)
         return
 
     def settle(obj: dict[str, Any] | None, exc: BaseException | None) -> None:

@@ -27,7 +27,13 @@ from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s import KubeClient, KubeError, KubeWorker
-from flux_dws.service.failures import RETRY_MIN, FailureRules, backoff, error_text
+from flux_dws.service.failures import (
+    RETRY_MIN,
+    FailureRules,
+    backoff,
+    error_text,
+    primary_group,
+)
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import HALT, Attempts, Done, Halt, Metrics, Tracked
 
@@ -68,6 +74,26 @@ class ActionExecutor:
         self.gids: dict[int, int] = {}  # primary groups found (failed lookups are not kept)
         self.rabbits: Mapping[str, str] | None = None  # SystemConfiguration: node -> rabbit
         self.attempts = Attempts(RECORD_ATTEMPTS)
+        self._group_lookups: dict[int, list[Callable[[int | str], None]]] = {}
+
+    def look_up_group(self, userid: int, found: Callable[[int | str], None]) -> None:
+        """The primary group of ``userid``, looked up on a worker (NSS may block): ``found``
+        gets the gid (kept for later decisions) or why there is none (not kept, so the next
+        job tries again).  Jobs of one user asking at once share one lookup."""
+        waiting = self._group_lookups.get(userid)
+        if waiting is not None:
+            waiting.append(found)
+            return
+        self._group_lookups[userid] = [found]
+
+        def settle(gid: int | str | None, exc: BaseException | None) -> None:
+            answer = gid if gid is not None else f"looking up uid {userid} failed: {exc}"
+            if isinstance(answer, int):
+                self.gids[userid] = answer
+            for callback in self._group_lookups.pop(userid, []):
+                callback(answer)
+
+        self.worker.submit(primary_group, userid, on_done=settle)
 
     def forget(self, jobid: int) -> None:
         """The service forgets the job: so does everything kept for it here."""
