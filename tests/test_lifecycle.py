@@ -291,6 +291,23 @@ def test_postrun_container_failure_fails_the_job_and_skips_dataout():
     assert of(actions, lc.SetDesiredState) == [lc.SetDesiredState(State.TEARDOWN, hurry=True)]
 
 
+@pytest.mark.parametrize("state", ACTIVE_STATES)
+def test_the_reason_for_an_abort_is_recorded_before_teardown_is_asked(state):
+    """Once the workflow is in Teardown its status no longer says what failed: a service
+    killed right after the patch must still find the reason on the job."""
+    phase = PHASE_FOR[state]
+    found = {"failures": Failures(state.value)} if state in (State.SETUP, State.PRERUN) else {}
+    j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state), **found)
+    message = "DW Directive 0: User error: no space left"
+    actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
+    kinds = [type(a).__name__ for a in actions]
+    record = next(
+        i for i, a in enumerate(actions) if isinstance(a, lc.PostEvent) and a.name == "dws-state"
+    )
+    assert actions[record].context["reason"] == f"{state.value} failed: User error: no space left"
+    assert record < kinds.index("SetDesiredState") < kinds.index("RaiseException")
+
+
 def test_container_outcome_is_recorded_once():
     outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
     j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN))

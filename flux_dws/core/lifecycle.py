@@ -369,10 +369,15 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
 
 
 def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> list[Action]:
-    """Send the workflow to Teardown (recording why), then fail or cancel the job (once) and
-    let go of the prolog.  Teardown is asked first: should Flux refuse the exception or an
-    event, the nodes and storage are still given back, and the reason recorded with
-    Teardown is raised when the exception is tried again."""
+    """Record why, send the workflow to Teardown, then fail or cancel the job (once) and let
+    go of the prolog.
+
+    The reason goes on the job before Teardown is asked: once the workflow is in Teardown its
+    status no longer says what failed, so a service killed between the patch and the event
+    would otherwise forget why and let the job end as a success.  Posting does not wait for
+    Flux's answer, and Teardown is asked before the exception: should Flux refuse the
+    exception or the event, the nodes and storage are still given back, and the recorded
+    reason is raised when the exception is tried again."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
     else:
@@ -380,7 +385,7 @@ def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> lis
     ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
     if record and problem and isinstance(record[0], PostEvent):  # kept for a retried raise
         record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem})
-    return [ask, *record, *actions]
+    return [*record, ask, *actions]
 
 
 def _enter(
