@@ -27,6 +27,7 @@ from flux_dws.testing.stack import Stack
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 LOOP_THREAD = "flux-dws"  # the name Stack gives the service's loop thread
+RETRIES = 5  # the service's client retries a failed request this often itself
 
 
 class ThreadRecordingList(list):
@@ -128,3 +129,35 @@ def test_the_api_probe_is_settled_on_the_loop(monkeypatch):
         wait_for(lambda: any(not v for _, v in writes[1:]), what="a probe to be answered")
     answered = [name for name, value in writes[1:] if not value]
     assert answered and set(answered) == {LOOP_THREAD}
+
+
+def test_dataout_copies_get_their_own_attempts_after_datain_reads_recovered():
+    """DataIn's reads of the NnfDataMovements fail four times, then work: that count is
+    cleared.  DataOut's first read then fails once: it is tried again, and both copies are
+    recorded from what the reads found, neither as "could not read".  (A read fails once the
+    client's own retries are spent: 1 + RETRIES requests.)"""
+    copy_in = "#DW copy_in source=/lus/in destination=$DW_JOB_scratch/in"
+    copy_out = "#DW copy_out source=$DW_JOB_scratch/out destination=/lus/out"
+    with Stack(hosts=1) as stack:
+        assert stack.api is not None
+        faults = stack.api.faults
+        faults.set(plurals={"nnfdatamovements"}, verbs={"list"})
+        faults.fail_next(4 * (1 + RETRIES))
+        retries = stack.service.kube.retries
+        assert retries == RETRIES
+        jobid = stack.submit([JOBDW, copy_in, copy_out], runtime=3.0)
+
+        def copied_in() -> bool:
+            return bool(stack.flux.info(jobid).events("dws-datamovement"))
+
+        wait_for(copied_in, what="the DataIn copy to be recorded", timeout=120)
+        faults.fail_next(1 + RETRIES)  # the job still runs: DataOut's first read meets it
+        info = stack.wait(jobid, timeout=120)
+        assert info.result == "COMPLETED", info.exception
+        records = [e["context"] for e in info.events("dws-datamovement")]
+        assert [(r["state"], r["status"]) for r in records] == [
+            ("DataIn", "Success"),
+            ("DataOut", "Success"),
+        ]
+        assert not any("could not read" in str(r) for r in records)
+        assert stack.loop.run_sync(len, stack.service.executor.attempts) == 0
