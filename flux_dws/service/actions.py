@@ -23,6 +23,7 @@ from flux_dws.core.health import Failures, mount_failures, setup_failures
 from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.lifecycle import ProposalInfo
+from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError, needs_from_breakdowns, plan_servers
 from flux_dws.k8s import KubeClient, WorkflowRejected
@@ -130,7 +131,7 @@ def _assign_nodes(
     proposal: ProposalInfo,
     hosts: Sequence[str],
     rabbits: Mapping[str, str],
-    policy: Any,
+    policy: Policy,
 ) -> None:
     """Computes and Servers for the job's nodes (on a worker).
 
