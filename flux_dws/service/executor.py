@@ -58,7 +58,6 @@ class ActionExecutor:
         rules: FailureRules,
         metrics: Metrics,
         kick: Callable[[int], None],
-        note_error: Callable[[str], None],
         health: HealthMonitor | None = None,
     ) -> None:
         self.policy = policy
@@ -69,7 +68,6 @@ class ActionExecutor:
         self.rules = rules
         self.metrics = metrics
         self.kick = kick
-        self.note_error = note_error
         self.health = health
         self.gids: dict[int, int] = {}  # primary groups found (failed lookups are not kept)
         self.rabbits: Mapping[str, str] | None = None  # SystemConfiguration: node -> rabbit

@@ -60,7 +60,7 @@ class Presence:
         self.policy = policy
         self.loop = loop
         self.jm = jm
-        self._deliver = on_records
+        self._handle_records = on_records
         self._on_gone = on_gone
         self._held = held
         self._ready = ready
@@ -139,7 +139,7 @@ class Presence:
                 f", taking over from {self.peer}" if self.role == "standby" else "",
             )
             self.role = "active"
-        self._deliver(records, snapshot)
+        self._handle_records(records, snapshot)
 
     def _on_standby_waiting(self, standby: dict[str, Any]) -> None:
         log.info(

@@ -53,12 +53,16 @@ def record_copies(
 
     def settle(result: Any, exc: BaseException | None) -> None:
         if exc is not None:
-            error = f"reading data movements: {error_text(exc)}"
+            text = error_text(exc)
             if not x.attempts.failed(tracked.jobid, what):
-                done(error)
+                done(f"reading data movements: {text}")
                 return
-            log.error("job %s: %s; recording the copies without it", f58(tracked.jobid), error)
-            result = ([], f"could not read the NnfDataMovements: {error_text(exc)}")
+            log.error(
+                "job %s: reading data movements: %s; recording the copies without it",
+                f58(tracked.jobid),
+                text,
+            )
+            result = ([], f"could not read the NnfDataMovements: {text}")
         else:
             x.attempts.succeeded(tracked.jobid, what)
         objects, problem = result
@@ -94,12 +98,12 @@ def save_output(
 
     def settle(saved: SavedOutput | None, exc: BaseException | None) -> None:
         if exc is not None:
-            error = f"reading container output: {error_text(exc)}"
+            text = error_text(exc)
             if not x.attempts.failed(jobid, "output"):
-                done(error)
+                done(f"reading container output: {text}")
                 return
-            log.error("job %s: %s; going on without it", f58(jobid), error)
-            saved = SavedOutput(note=f"no container output: {error_text(exc)}", limit=limit)
+            log.error("job %s: reading container output: %s; going on without it", f58(jobid), text)
+            saved = SavedOutput(note=f"no container output: {text}", limit=limit)
         else:
             x.attempts.succeeded(jobid, "output")
         assert saved is not None

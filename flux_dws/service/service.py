@@ -135,7 +135,6 @@ class Service:
             rules=FailureRules(policy),
             metrics=self.metrics,
             kick=self._kick,
-            note_error=self.presence.note_error,
             health=self.health,
         )
 
@@ -465,4 +464,4 @@ def _ignore(_response: Any, _error: Any) -> None:
     """An answer nobody waits for (an alarm event: the log line already said it)."""
 
 
-__all__ = ["Service", "Metrics", "Tracked"]
+__all__ = ["Service"]
