@@ -220,19 +220,24 @@ def json_safe(value: Any, *, one_line: bool = False, record: bool = False) -> An
     """A copy of a JSON payload that jansson accepts: strings (and keys) through :func:`field`
     (or :func:`readable`, unbounded, with ``one_line``), non-finite floats as None.
 
-    With ``record`` (an event or a KVS record: figures a person reads), an integer outside
-    int64 becomes None too, so the record is kept with that figure unknown rather than lost
-    to EPROTO.  Without it such an integer is left for the caller's own checks (a request
-    the plugin acts on must not change meaning)."""
+    With ``record`` (an event or a KVS record: what a person reads), strings go through
+    :func:`readable` (newlines kept unless ``one_line``) and an integer outside int64 becomes
+    None, so the record is kept with that figure unknown rather than lost to EPROTO.  Without
+    it such an integer is left for the caller's own checks (a request the plugin acts on must
+    not change meaning)."""
     if isinstance(value, str):
-        return readable(value, None) if one_line else field(value)
+        if one_line or record:
+            return readable(value, None, lines=not one_line)
+        return field(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if record and integer(value) is None and isinstance(value, int) and not isinstance(value, bool):
         return None
     if isinstance(value, Mapping):
         return {
-            json_safe(_as_str(k), one_line=one_line): json_safe(v, one_line=one_line, record=record)
+            json_safe(_as_str(k), one_line=one_line or record): json_safe(
+                v, one_line=one_line, record=record
+            )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):

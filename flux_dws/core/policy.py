@@ -19,6 +19,7 @@ wedged workflow is still noticed within the hour:
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from typing import Any
 from flux_dws.base.errors import DirectiveError, PolicyError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
+from flux_dws.base.untrusted import echo
 from flux_dws.core.directives import parse_directives, parse_size
 from flux_dws.core.identity import check_identity
 from flux_dws.core.jobspec import FS_TYPES, StorageLimit
@@ -206,18 +208,37 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     return value
 
 
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)  # not "²" or "５": str.isdigit takes those
+
+
 def _address(value: object, key: str) -> tuple[str, int]:
-    """``PORT`` (on the loopback address) or ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6)."""
+    """``PORT`` (on the loopback address), ``HOST:PORT``, or ``[v6addr]:PORT`` for IPv6.
+
+    An unbracketed IPv6 address (``::1``) is refused rather than read as host ``:`` port 1."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     text = _string(value, key)
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host = "127.0.0.1"
-    elif host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
-        raise _fail(key, f"invalid address {text!r}: must be PORT or HOST:PORT (port 0-65535)")
+    form = "must be PORT, HOST:PORT or [IPV6]:PORT (port 0-65535)"
+    if _PORT.fullmatch(text):
+        host, port = "127.0.0.1", text
+    elif text.startswith("["):
+        inside, sep, port = text[1:].partition("]:")
+        try:
+            host = str(ipaddress.IPv6Address(inside)) if sep else ""
+        except ValueError:
+            host = ""
+        if not host:
+            raise _fail(key, f"invalid address {echo(text)}: {form}")
+    else:
+        host, sep, port = text.partition(":")
+        if ":" in port:
+            raise _fail(
+                key, f"invalid address {echo(text)}: an IPv6 address goes in brackets, {form}"
+            )
+        if not sep or not host or any(c.isspace() or not c.isprintable() for c in host):
+            raise _fail(key, f"invalid address {echo(text)}: {form}")
+    if not _PORT.fullmatch(port) or int(port) > 65535:
+        raise _fail(key, f"invalid address {echo(text)}: {form}")
     return host, int(port)
 
 
