@@ -230,7 +230,9 @@ def summary(record: CopyRecord) -> str:
     if record.elapsed is not None:
         parts.append(f"in {record.elapsed:.1f}s")
     text = ", ".join(parts)
-    return f"{text}: {first_error(record.message)}" if record.failed and record.message else text
+    if record.failed and record.message:
+        text = f"{text}: {first_error(record.message)}"
+    return untrusted.readable(text)
 
 
 # ----------------------------------------------------------------------------- helpers

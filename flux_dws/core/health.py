@@ -359,7 +359,8 @@ def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failure
         )
         if error or not ok:
             detail = error.get("userMessage") if isinstance(error, Mapping) else error
-            causes[node] = f"mount failed: {_text(detail, 200) or 'not mounted'}"
+            shown = untrusted.readable(detail, 200) if isinstance(detail, str) else ""
+            causes[node] = f"mount failed: {shown or 'not mounted'}"  # a NUL is shown as \x00
     return Failures("PreRun", tuple(causes), causes)
 
 
