@@ -33,7 +33,7 @@ from typing import Any
 from flux_dws.base.errors import DirectiveError, PolicyError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
-from flux_dws.base.untrusted import echo
+from flux_dws.base.untrusted import ECHO_LIMIT, echo, readable
 from flux_dws.core.directives import parse_directives, parse_size
 from flux_dws.core.identity import check_identity
 from flux_dws.core.jobspec import FS_TYPES, StorageLimit
@@ -137,7 +137,9 @@ class Policy:
 
 
 def _fail(key: str, problem: str) -> PolicyError:
-    return PolicyError(f"[{TABLE}] {key}: {problem}")
+    """The one-line error for ``key`` (a table's own keys, e.g. preset names, may hold
+    anything: shown readable and bounded)."""
+    return PolicyError(readable(f"[{TABLE}] {readable(key, ECHO_LIMIT)}: {problem}", 1024))
 
 
 def type_name(value: object) -> str:
@@ -155,7 +157,8 @@ def _check_keys(table: Mapping[Any, Any], known: tuple[str, ...], prefix: str = 
         if key not in known:
             hint = difflib.get_close_matches(str(key), known, n=1)
             advice = f"did you mean '{prefix}{hint[0]}'?" if hint else f"known: {', '.join(known)}"
-            raise PolicyError(f"[{TABLE}] unknown key '{prefix}{key}' ({advice})")
+            shown = readable(f"{prefix}{key}", ECHO_LIMIT)
+            raise PolicyError(readable(f"[{TABLE}] unknown key '{shown}' ({advice})", 1024))
 
 
 def _table(value: object, key: str) -> Mapping[Any, Any]:
