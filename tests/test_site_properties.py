@@ -165,6 +165,27 @@ def test_copy_records_post_what_flux_accepts_and_read_as_one_line(objects, word)
         assert readable_line(untrusted.readable(copies.failure_note(record)), 1024)
 
 
+def test_byte_totals_past_int64_are_unknown_not_refused():
+    """Two rabbits' copies of 5e18 bytes each: their sum does not fit jansson's int64, so the
+    record says unknown rather than being refused (EPROTO) and lost."""
+
+    def movement(name: str) -> dict:
+        labels = {copies.INITIATOR_LABEL: "copy_in", copies.DIRECTIVE_INDEX_LABEL: "1"}
+        command = {"data": "4.3 EiB (5000000000000000000 bytes)", "files": 2**62}
+        status = {"state": "Finished", "status": "Success", "commandStatus": command}
+        return {"metadata": {"name": name, "labels": labels}, "status": status}
+
+    (record,) = copies.copy_records(
+        State.DATAIN,
+        ["#DW jobdw", "#DW copy_in source=/a destination=b"],
+        [movement("a"), movement("b")],
+    )
+    assert record.bytes is None and record.files is None  # 2 * 2**62 > INT64_MAX too
+    assert untrusted.jansson_problem(record.to_event()) is None
+    event = untrusted.json_safe({"n": 2**64, "s": "\x1b[2J"}, one_line=True, record=True)
+    assert event == {"n": None, "s": "\\x1b[2J"}  # what JobManager.post sends
+
+
 # ---- output: the saved container record and `flux dws logs` ------------------------------
 
 CONTAINER = st.fixed_dictionaries(
