@@ -282,3 +282,31 @@ def test_ssd_paths_come_from_the_rabbit_graph():
         "rabbit-1": ("/cluster0/rabbit-1/ssd2",),
     }
     assert ssd_paths(None) == {} and ssd_paths({"scheduling": 5}) == {}
+
+
+@pytest.mark.realflux
+def test_on_real_flux_ranks_sharing_a_hostname_keep_their_own_drains():
+    """flux-core itself: ranks 0 and 1 both on host c1; the admin drained rank 0, flux-dws
+    rank 1 for rabbit r0.  r0 is back: the plan's undrain (an idset) frees rank 1 only."""
+    from flux_dws.testing.realflux import RealFlux, plain_R
+
+    hosts = ["c1", "c1", "c3"]
+    flux = RealFlux(hosts, {"instance": "shared"}, R=plain_R(hosts)).start()
+    try:
+        flux.drain("0", "memory errors")
+        flux.drain("1", "dws: rabbit r0 is Offline", "update")
+
+        def status() -> NodeStatus:
+            from flux.hostlist import Hostlist
+
+            response = flux._handle.rpc("resource.status", {}, nodeid=0).get()
+            return parse_resource_status(response, lambda lists: list(Hostlist(",".join(lists))))
+
+        before = status()
+        assert dict(before.ranks) == {0: "c1", 1: "c1", 2: "c3"}
+        p = plan_drains(rabbits(storage("r0"), storage("r1")), SERVED, before.ranks, before.drained)
+        assert p.undrain == (1,)
+        flux.undrain("1", "update")
+        assert dict(status().drained) == {0: "memory errors"}
+    finally:
+        flux.stop()
