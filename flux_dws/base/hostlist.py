@@ -116,4 +116,52 @@ def encode_idset(ids: Iterable[int]) -> str:
     return ",".join(runs)
 
 
-__all__ = ["MAX_EXPANSION", "HostlistError", "encode_idset", "expand_hostlist", "expand_idset"]
+_NUMBERED = re.compile(r"^(.*?)([0-9]+)([^0-9]*)$")
+
+
+def encode_hostlist(hosts: Iterable[str]) -> str:
+    """Host names -> a compact RFC 29 hostlist ('compute-[01-03],login1').
+
+    Hosts sharing a prefix and suffix are ranged, in the order each prefix first appears.  A
+    zero-padded number ('09') pads its range, which also takes the unpadded numbers of the
+    same width ('10'); other widths get a range of their own, so the list expands back to
+    the same names.
+    """
+    digits_of: dict[tuple[str, str], list[str]] = {}
+    order: list[tuple[str, str] | str] = []
+    for host in dict.fromkeys(hosts):
+        match = _NUMBERED.match(host)
+        if match is None or "[" in host or "," in host:
+            order.append(host)
+            continue
+        prefix, digits, suffix = match.groups()
+        if (prefix, suffix) not in digits_of:
+            digits_of[prefix, suffix] = []
+            order.append((prefix, suffix))
+        digits_of[prefix, suffix].append(digits)
+    parts: list[str] = []
+    for key in order:
+        if isinstance(key, str):
+            parts.append(key)
+            continue
+        prefix, suffix = key
+        padded = {len(d) for d in digits_of[key] if len(d) > 1 and d.startswith("0")}
+        widths: dict[int, list[int]] = {}
+        for d in digits_of[key]:
+            widths.setdefault(len(d) if len(d) in padded else 0, []).append(int(d))
+        for width, values in widths.items():
+            parts.append(_ranged(prefix, suffix, width, values))
+    return ",".join(parts)
+
+
+def _ranged(prefix: str, suffix: str, width: int, values: list[int]) -> str:
+    if len(set(values)) == 1:
+        return f"{prefix}{str(values[0]).zfill(width)}{suffix}"
+    runs = []
+    for run in encode_idset(values).split(","):
+        lo, _, hi = run.partition("-")
+        runs.append(lo.zfill(width) + (f"-{hi.zfill(width)}" if hi else ""))
+    return f"{prefix}[{','.join(runs)}]{suffix}"
+
+
+__all__ = ["MAX_EXPANSION", "HostlistError", "encode_hostlist", "encode_idset", "expand_hostlist", "expand_idset"]

@@ -56,3 +56,17 @@ def parse_size(text: str) -> int:
         return size_bytes(text.strip())
     except ValueError as exc:
         raise DirectiveError(f"size {quote(text)} {exc}") from None
+
+
+def show_bytes(size: int) -> str:
+    """Bytes for a person, in the largest binary unit under which it is at least 1: "0",
+    "512B", "1.5TiB", "100GiB" (at most one decimal, dropped when it is .0)."""
+    if size < 1024:
+        return "0" if size <= 0 else f"{size}B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        value /= 1024
+        if value < 1024 or unit == "EiB":
+            text = f"{value:.1f}".removesuffix(".0")
+            return f"{text}{unit}"
+    raise AssertionError("unreachable")

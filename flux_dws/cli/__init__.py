@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rabbit_graph_arguments(p)
 
+    p = sub.add_parser("rabbits", help="rabbits: their nodes, health and capacity")
+    from flux_dws.cli.rabbits import add_arguments as rabbits_arguments
+
+    rabbits_arguments(p)
+
     p = sub.add_parser("simulate", help="run a mix of #DW jobs against a simulated cluster")
     from flux_dws.cli.simulate import add_arguments
 
@@ -180,6 +185,10 @@ def _run(
         from flux_dws.cli import rabbitgraph
 
         return rabbitgraph.run(args, out)
+    if args.command == "rabbits":
+        from flux_dws.cli import rabbits
+
+        return rabbits.run(args, out)
     if source_factory is None:
         problem = flux_uri_problem(environ)
         if problem:

@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""``flux dws rabbits``: each rabbit's nodes, health and capacity, like ``flux resource list``.
+
+Reads DWS's objects from the live Kubernetes API or from a JSON file an admin saved
+(``kubectl get systemconfigurations,storages,servers,workflows -A -o json``), as
+``flux dws rabbit-graph`` does, and shows them through flux_dws.core.rabbitview.  ``-j JOBID``
+narrows to the rabbits a job's workflow got (its Servers), ``-n HOST`` to the rabbit serving
+a node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58, parse_jobid
+from flux_dws.base.sizes import show_bytes
+from flux_dws.cli.rabbitgraph import _read_json
+from flux_dws.cli.render import Column, dumps, format_table
+from flux_dws.core.identity import JOBID_LABEL
+from flux_dws.core.rabbitview import RabbitRow, job_allocation, rabbit_rows, serving
+
+#: The fields ``flux dws rabbits -o`` knows.
+RABBIT_FIELDS: Mapping[str, Column] = {
+    "name": Column("NAME", "the rabbit (its Storage resource's name)"),
+    "nodes": Column("NODES", "the compute nodes it serves, as a hostlist"),
+    "nnodes": Column("NNODES", "how many compute nodes it serves"),
+    "state": Column("STATE", "Storage spec.state: Enabled or Disabled"),
+    "status": Column("STATUS", "Storage status.status: Ready, Offline, Degraded, ..."),
+    "usable": Column("USABLE", "new jobs may get its storage (Enabled and Ready)"),
+    "total": Column("TOTAL", "capacity of its devices"),
+    "allocated": Column("ALLOCATED", "held by Flux jobs' workflows"),
+    "persistent": Column("PERSISTENT", "held by persistent and system storage"),
+    "free": Column("FREE", "still free"),
+    "reasons": Column("REASONS", "why it is disabled or drained, and DWS's message"),
+    "allocation": Column("JOB-ALLOC", "with -j: what the job holds on it"),
+}
+RABBIT_FORMATS: Mapping[str, str] = {
+    "default": (
+        "{name:<12} {state:<8} {status:<10} {total:>8} {allocated:>9} {persistent:>10}"
+        " {free:>8} {nodes}"
+    ),
+    "long": (
+        "{name:<12} {state:<8} {status:<10} {total:>8} {allocated:>9} {persistent:>10}"
+        " {free:>8} {nodes:<20} {reasons}"
+    ),
+    "job": "{name:<12} {status:<10} {allocation:>9} {free:>8} {nodes}",
+    "down": "{name:<12} {state:<8} {status:<10} {nodes:<20} {reasons}",
+}
+#: Kinds read from a saved file, by kubectl's kind name.
+KINDS = ("SystemConfiguration", "Storage", "Servers", "Workflow", "PersistentStorageInstance")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-j", "--jobid", metavar="JOBID", help="only the rabbits this job got")
+    parser.add_argument(
+        "-n", "--node", metavar="HOST", help="only the rabbit that serves this compute node"
+    )
+    parser.add_argument(
+        "-s", "--states", metavar="LIST", help="only rabbits whose status is one of these"
+    )
+    fields = ", ".join(RABBIT_FIELDS)
+    parser.add_argument(
+        "-o",
+        "--format",
+        help=f"{'/'.join(RABBIT_FORMATS)} or a format string like '{{name}} {{free}}'"
+        f" (fields: {fields})",
+    )
+    parser.add_argument("-H", "--no-header", action="store_true", help="omit the header line")
+    parser.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
+    parser.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="read saved resources (kubectl get systemconfigurations,storages,servers,"
+        "workflows -A -o json) instead of the live API",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
+
+
+@dataclass(frozen=True)
+class Objects:
+    """What the command reads, by kind."""
+
+    config: Mapping[str, Any] | None
+    storages: Sequence[Mapping[str, Any]]
+    servers: Sequence[Mapping[str, Any]]
+    workflows: Sequence[Mapping[str, Any]]
+    persistent: Sequence[Mapping[str, Any]] = ()
+
+
+def split_saved(saved: Any) -> Objects:
+    """A saved kubectl List (or JSON array) split by kind; DwsError when it holds none."""
+    items = saved.get("items") if isinstance(saved, Mapping) else saved
+    if not isinstance(items, list):
+        raise DwsError("the saved file is neither a kubectl List nor a JSON array")
+    by_kind: dict[str, list[Mapping[str, Any]]] = {kind: [] for kind in KINDS}
+    for item in items:
+        if isinstance(item, Mapping) and item.get("kind") in by_kind:
+            by_kind[item["kind"]].append(item)
+    configs = by_kind["SystemConfiguration"]
+    named = [c for c in configs if (c.get("metadata") or {}).get("name") == "default"]
+    if not configs and not by_kind["Storage"]:
+        raise DwsError("the saved file holds no SystemConfiguration and no Storage")
+    return Objects(
+        (named or configs or [None])[0],
+        by_kind["Storage"],
+        by_kind["Servers"],
+        by_kind["Workflow"],
+        by_kind["PersistentStorageInstance"],
+    )
+
+
+def live_objects(kubeconfig: str | None, *, workflows: bool) -> Objects:
+    """The same objects from the Kubernetes API (every namespace's Servers and Workflows)."""
+    from flux_dws.cli.sources import KUBE_RETRIES, KUBE_TIMEOUT
+    from flux_dws.k8s import KubeClient, admin
+
+    kube = KubeClient.connect(
+        namespace="default",
+        identity="rabbits",
+        kubeconfig=kubeconfig,
+        timeout=KUBE_TIMEOUT,
+        retries=KUBE_RETRIES,
+    )
+    try:
+        return Objects(
+            kube.read_system_configuration(),
+            kube.list_storages(),
+            admin.list_servers(kube),
+            admin.list_all_workflows(kube) if workflows else [],
+        )
+    finally:
+        kube.close()
+
+
+def job_workflows(workflows: Sequence[Mapping[str, Any]], jobid: int) -> list[str]:
+    """Names of the workflows labelled with this job ID (any instance's)."""
+    found = []
+    for wf in workflows:
+        meta = wf.get("metadata") if isinstance(wf, Mapping) else None
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        if isinstance(labels, Mapping) and labels.get(JOBID_LABEL) == str(jobid):
+            name = meta.get("name")
+            if isinstance(name, str):
+                found.append(name)
+    return sorted(found)
+
+
+def select(
+    objects: Objects, *, jobid: int | None = None, node: str | None = None
+) -> tuple[list[RabbitRow], dict[str, int]]:
+    """The rows to show and, with ``jobid``, rabbit -> the job's bytes on it."""
+    rows = rabbit_rows(objects.config, objects.storages, objects.servers)
+    allocation: dict[str, int] = {}
+    if jobid is not None:
+        names = job_workflows(objects.workflows, jobid)
+        if not names:
+            raise DwsError(f"job {f58(jobid)} has no workflow (not a #DW job, or it is gone)")
+        for name in names:
+            for rabbit, size in job_allocation(objects.servers, name).items():
+                allocation[rabbit] = allocation.get(rabbit, 0) + size
+        rows = [row for row in rows if row.name in allocation]
+    if node is not None:
+        row = serving(rows, node)
+        if row is None:
+            raise DwsError(f"no rabbit serves {node}")
+        rows = [row]
+    return rows, allocation
+
+
+def record(row: RabbitRow, allocation: Mapping[str, int]) -> dict[str, Any]:
+    """A row's fields for the table (sizes for people)."""
+    return {
+        "name": row.name,
+        "nodes": row.hostlist,
+        "nnodes": len(row.nodes),
+        "state": row.state,
+        "status": row.status,
+        "usable": "yes" if row.usable else "no",
+        "total": show_bytes(row.total),
+        "allocated": show_bytes(row.allocated),
+        "persistent": show_bytes(row.persistent),
+        "free": show_bytes(row.free),
+        "reasons": "; ".join(row.reasons),
+        "allocation": show_bytes(allocation.get(row.name, 0)),
+    }
+
+
+def as_json(row: RabbitRow, allocation: Mapping[str, int] | None) -> dict[str, Any]:
+    """A row for programs: sizes in bytes."""
+    out: dict[str, Any] = {
+        "name": row.name,
+        "nodes": row.hostlist,
+        "state": row.state,
+        "status": row.status,
+        "usable": row.usable,
+        "capacity": {
+            "total": row.total,
+            "allocated": row.allocated,
+            "persistent": row.persistent,
+            "free": row.free,
+        },
+        "reasons": list(row.reasons),
+    }
+    if allocation is not None:
+        out["allocation"] = allocation.get(row.name, 0)
+    return out
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    jobid = parse_jobid(args.jobid) if args.jobid else None
+    if args.from_file:
+        objects = split_saved(_read_json(args.from_file, "saved resources", sys.stdin))
+    else:
+        objects = live_objects(args.kubeconfig, workflows=jobid is not None)
+    rows, allocation = select(objects, jobid=jobid, node=args.node)
+    if args.states:
+        wanted = {s.strip().lower() for s in args.states.split(",") if s.strip()}
+        rows = [r for r in rows if r.status.lower() in wanted or r.state.lower() in wanted]
+    if args.json:
+        print(
+            dumps([as_json(r, allocation if jobid is not None else None) for r in rows]), file=out
+        )
+        return 0
+    default = "job" if jobid is not None else "default"
+    fmt = RABBIT_FORMATS.get(args.format or default, args.format or "")
+    lines = format_table(
+        [record(r, allocation) for r in rows], fmt, RABBIT_FIELDS, header=not args.no_header
+    )
+    for line in lines:
+        print(line.rstrip(), file=out)
+    return 0
+
+
+__all__ = ["RABBIT_FIELDS", "RABBIT_FORMATS", "add_arguments", "run", "select", "split_saved"]

@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""`flux dws rabbits`: a saved system of three rabbits (one Offline and disabled, one holding
+persistent storage, one a job's allocation), read as an admin would read it, and the live API
+through kubeapi with dwssim's rabbits."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flux_dws.base.hostlist import encode_hostlist, expand_hostlist
+from flux_dws.base.jobid import f58
+from flux_dws.cli import main
+from flux_dws.core.rabbitview import rabbit_rows, servers_bytes
+from flux_dws.testing.dwssim import seed
+
+SAVED = Path(__file__).parent / "data" / "rabbits-3.json"
+GIB = 2**30
+TIB = 2**40
+JOBID = "245379072"
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["rabbits", *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_saved_system_reads_as_the_admin_expects() -> None:
+    code, out, err = run("--from-file", str(SAVED))
+    assert code == 0, err
+    assert out.splitlines() == [
+        "NAME         STATE    STATUS        TOTAL ALLOCATED PERSISTENT     FREE NODES",
+        "rabbit-1     Enabled  Ready          4TiB    400GiB      64GiB   3.5TiB compute-[01-04]",
+        "rabbit-2     Enabled  Ready          4TiB         0     1.1TiB   2.9TiB compute-[05-08]",
+        "rabbit-3     Disabled Offline        4TiB         0          0        0 compute-[09-12]",
+    ]
+
+
+def test_json_gives_bytes_that_add_up_on_the_ready_rabbits() -> None:
+    code, out, _ = run("--from-file", str(SAVED), "--json")
+    assert code == 0
+    rabbits = {r["name"]: r for r in json.loads(out)}
+    one, two, three = rabbits["rabbit-1"], rabbits["rabbit-2"], rabbits["rabbit-3"]
+    assert one["capacity"] == {
+        "total": 4 * TIB,
+        "allocated": 400 * GIB,
+        "persistent": 64 * GIB,  # the system storage on every rabbit
+        "free": 4 * TIB - 464 * GIB,
+    }
+    assert two["capacity"]["persistent"] == TIB + 64 * GIB  # the persistent instance + system
+    assert two["capacity"]["allocated"] == 0
+    assert (three["usable"], three["state"], three["status"]) == (False, "Disabled", "Offline")
+    assert three["capacity"]["free"] == 0
+    assert three["reasons"] == [
+        "disabled: NVMe switch replaced, ticket 4411",
+        "rabbit-3 is not responding",
+    ]
+
+
+def test_a_job_shows_the_rabbits_it_got_with_its_allocation() -> None:
+    code, out, err = run("--from-file", str(SAVED), "-j", JOBID)
+    assert code == 0, err
+    assert out.splitlines() == [
+        "NAME         STATUS     JOB-ALLOC     FREE NODES",
+        "rabbit-1     Ready         400GiB   3.5TiB compute-[01-04]",
+    ]
+    code, again, _ = run("--from-file", str(SAVED), "-j", f58(int(JOBID)))
+    assert (code, again) == (0, out)  # the f58 form names the same job
+    code, out, err = run("--from-file", str(SAVED), "-j", "1234")
+    assert (code, out) == (1, "")
+    assert (
+        err == f"flux-dws rabbits: job {f58(1234)} has no workflow (not a #DW job, or it is gone)\n"
+    )
+
+
+def test_a_node_is_served_by_one_rabbit_and_the_reasons_show() -> None:
+    code, out, _ = run("--from-file", str(SAVED), "-n", "compute-10", "-o", "{name} {reasons}")
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "rabbit-3 disabled: NVMe switch replaced, ticket 4411; rabbit-3 is not responding"
+    ]
+    code, _, err = run("--from-file", str(SAVED), "-n", "compute-99")
+    assert (code, err) == (1, "flux-dws rabbits: no rabbit serves compute-99\n")
+
+
+def test_formats_presets_states_and_bad_fields() -> None:
+    code, out, _ = run("--from-file", str(SAVED), "-o", "down", "-s", "offline", "-H")
+    assert code == 0
+    assert out.split()[:4] == ["rabbit-3", "Disabled", "Offline", "compute-[09-12]"]
+    code, _, err = run("--from-file", str(SAVED), "-o", "{name} {size}")
+    assert code == 1
+    assert err.startswith("flux-dws rabbits: unknown field 'size' in format")
+
+
+def test_a_saved_file_without_rabbits_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text(json.dumps({"kind": "List", "items": [{"kind": "Pod"}]}))
+    code, _, err = run("--from-file", str(tmp_path / "x.json"))
+    assert code == 1
+    assert err == ("flux-dws rabbits: the saved file holds no SystemConfiguration and no Storage\n")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"spec": {"allocationSets": "x"}},
+        {"spec": {"allocationSets": [{"allocationSize": -5, "storage": [{"name": "r"}]}]}},
+        {"spec": {"allocationSets": [{"allocationSize": "1", "storage": [{"name": 3}]}]}},
+        {"spec": None},
+        None,
+    ],
+)
+def test_untrusted_servers_read_as_nothing(bad) -> None:
+    assert sum(servers_bytes(bad).values()) == 0
+    rows = rabbit_rows(None, [{"metadata": {"name": "r"}, "status": {"capacity": "x"}}], [bad])
+    assert [(r.name, r.total, r.free) for r in rows] == [("r", 0, 0)]
+
+
+@given(st.lists(st.sampled_from(["n1", "n01", "n09", "n10", "n100", "login", "a-b2c"]), max_size=6))
+def test_encoded_hostlists_expand_to_the_same_hosts(hosts: list[str]) -> None:
+    assert sorted(expand_hostlist(encode_hostlist(hosts)) if hosts else []) == sorted(set(hosts))
+
+
+def test_encode_hostlist_is_compact() -> None:
+    assert encode_hostlist(["compute-09", "compute-10", "compute-11", "x"]) == "compute-[09-11],x"
+
+
+def test_live_api_through_kubeapi(kubeapi) -> None:
+    seed(
+        kubeapi.store,
+        rabbits={"rabbit-a": ["c1", "c2"], "rabbit-b": ["c3"]},
+        capacity={"rabbit-a": 10 * GIB, "rabbit-b": 20 * GIB},
+    )
+    kubeapi.store.create(
+        "servers",
+        "default",
+        {
+            "metadata": {
+                "name": "wf-0",
+                "labels": {
+                    "dataworkflowservices.github.io/owner.kind": "Workflow",
+                    "dataworkflowservices.github.io/owner.name": "wf",
+                },
+            },
+            "spec": {
+                "allocationSets": [
+                    {"label": "xfs", "allocationSize": 2 * GIB, "storage": [{"name": "rabbit-a"}]}
+                ]
+            },
+        },
+    )
+    code, out, err = run("--kubeconfig", kubeapi.kubeconfig, "--json")
+    assert code == 0, err
+    rows = {r["name"]: r["capacity"] for r in json.loads(out)}
+    assert rows["rabbit-a"] == {
+        "total": 10 * GIB,
+        "allocated": 2 * GIB,
+        "persistent": 0,
+        "free": 8 * GIB,
+    }
+    assert rows["rabbit-b"]["free"] == 20 * GIB
