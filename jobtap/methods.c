@@ -224,6 +224,16 @@ static int raise_method (struct plugin_ctx *ctx,
                                      "%s", note ? json_string_value (note) : "") < 0)
         return fail (err, errno, "job %s: raising the exception failed: %s",
                      f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
+    /* flux-core decides a job's result at "finish": a fatal exception raised later (a PostRun
+     * or DataOut failure, in the epilog) leaves `flux jobs` saying COMPLETED.  The memo
+     * "dws" = {result, reason} says FAILED where `flux jobs -o '{user.dws.result}'` looks.
+     */
+    if (sev == 0
+        && flux_jobtap_event_post_pack (ctx->p, st->id, "memo", "{s:{s:s s:s}}",
+                                        "dws", "result", "FAILED", "reason",
+                                        note ? json_string_value (note) : "") < 0)
+        flux_log_error (ctx->h, "dws: job %s: posting the dws result memo",
+                        f58 (st->id, idbuf, sizeof (idbuf)));
     *response = json_object ();
     return 0;
 }

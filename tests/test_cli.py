@@ -389,7 +389,9 @@ def test_status_and_logs_of_a_finished_container_failure(stack):
     stack.wait(jobid)
     code, out, err = run(["status", f58(jobid)], StackSource(stack))
     assert (code, err) == (0, "")
-    assert "INACTIVE (COMPLETED)" in out  # the tasks ended well; the exception came after
+    # the tasks ended well and the exception came after: flux-core's result stays COMPLETED,
+    # flux dws status says what happened
+    assert "INACTIVE (FAILED); flux jobs shows COMPLETED" in out
     assert "failed to run successfully after 7 attempts" in out
     assert "PostRun" in out and "Teardown" in out
     code, out, _ = run(["logs", str(jobid)], StackSource(stack))
@@ -399,6 +401,9 @@ def test_status_and_logs_of_a_finished_container_failure(stack):
     code, out, _ = run(["status", "--json", str(jobid)], StackSource(stack))
     doc = json.loads(out)
     assert doc["container"]["state"] == "failed" and doc["result"] == "COMPLETED"
+    assert doc["outcome"] == "FAILED"
+    memos = [e["context"] for e in stack.flux.info(jobid).eventlog if e["name"] == "memo"]
+    assert memos == [{"dws": {"result": "FAILED", "reason": doc["exception"]["note"]}}]
 
 
 def test_status_and_list_of_a_job_waiting_in_prerun(stack):

@@ -217,7 +217,9 @@ def render_status(
 ) -> list[str]:
     """``flux dws status``: the job, its workflow's timeline, timeouts, outcome, message."""
     job = f"{f58(status.jobid, prefix)} ({status.jobid})"
-    state = status.job_state + (f" ({status.result})" if status.result else "")
+    state = status.job_state + (f" ({status.outcome or status.result})" if status.result else "")
+    if status.outcome and status.outcome != status.result:
+        state += f"; flux jobs shows {status.result}: the failure came after the tasks ended"
     head: list[tuple[str, str]] = [("JOB", job), ("STATE", state)]
     if status.userid is not None:
         head.append(("USER", f"{user_name(status.userid)} ({status.userid})"))

@@ -100,6 +100,16 @@ def job_result(eventlog: Sequence[Event]) -> str | None:
     return results.job_result(eventlog)
 
 
+def job_outcome(eventlog: Sequence[Event]) -> str | None:
+    """What happened to an inactive job: Flux's result, except that a fatal exception raised
+    after ``finish`` (a PostRun or DataOut failure) makes it FAILED; flux-core decides
+    ``result`` at ``finish`` and cannot change it later (job-list's job_state.c)."""
+    result = job_result(eventlog)
+    if result == "COMPLETED" and fatal_exception(eventlog) is not None:
+        return "FAILED"
+    return result
+
+
 def _job_end(eventlog: Sequence[Event]) -> float | None:
     """When the job stopped needing its workflow: the dws epilog's end, else ``clean``."""
     for event in reversed(eventlog):
@@ -202,6 +212,9 @@ class JobStatus:
     env: Mapping[str, str] = field(hash=False)
     tolerance: str | None = None  # dw_failure_tolerance asked for and what it was used for
     now: float = 0.0
+    #: what happened: FAILED once a fatal exception came, even after ``finish`` (where
+    #: flux-core's ``result`` still says COMPLETED); None while the job is active
+    outcome: str | None = None
 
 
 def timeline(eventlog: Sequence[Event], *, now: float, active: bool) -> tuple[StateSpan, ...]:
@@ -423,6 +436,7 @@ def build_status(
         env=dict(env) if isinstance(env, Mapping) else {},
         now=now,
         tolerance=tolerance_line(eventlog),
+        outcome=job_outcome(eventlog),
     )
 
 

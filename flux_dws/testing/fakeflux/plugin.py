@@ -482,6 +482,8 @@ class DwsPlugin:
                 errno.EINVAL, f"job {job_text(job.id)} already has a fatal {first} exception"
             )
         self.jm.raise_exception_on(job, type_, severity, note, req.userid)
+        if severity == 0:  # the plugin's memo: the result flux-core cannot change after finish
+            self.jm.post_event(job, "memo", {"dws": {"result": "FAILED", "reason": note}})
         return {}
 
     def _post(self, req: Request) -> dict[str, Any]:
