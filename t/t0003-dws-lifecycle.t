@@ -159,8 +159,10 @@ fails_after_run() {
     grep -F "type=dws severity=0 PostRun failed: " $1.err &&
     grep -F "$2" $1.err &&
     outcome_of $id >$1.outcome &&
-    grep -F "COMPLETED dws PostRun failed: " $1.outcome &&
+    grep -F "COMPLETED dws PostRun failed: #DW container name=" $1.outcome &&
     grep -F "$2" $1.outcome &&
+    flux jobs -n -o "{user.dws.result}" $id >$1.memo &&
+    test "$(cat $1.memo)" = FAILED &&
     flux job eventlog $id >$1.eventlog &&
     grep "finish status=0" $1.eventlog &&
     grep "dws-container .*phase=\"PostRun\"" $1.eventlog &&
@@ -214,7 +216,8 @@ test_expect_success 'a state timeout set with -S fails the job naming the state'
     id=$(flux submit -S dw="$(dw_list "$DW" "#DW PreRun action=wait")" \
         -S dw_timeout.prerun=2s true) &&
     ends $id &&
-    has_outcome $id "FAILED dws PreRun did not complete within 2s" &&
+    outcome_of $id >timeout.outcome &&
+    grep -F "FAILED dws PreRun failed: did not complete within 2s; flux dws status " timeout.outcome &&
     flux job eventlog $id >timeout.eventlog &&
     grep "dws-workflow .*\"prerun\":\"2s\"" timeout.eventlog &&
     grep "dws-state state=\"PreRun\" timeout=\"2s\"" timeout.eventlog &&

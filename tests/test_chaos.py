@@ -121,7 +121,7 @@ STORIES: tuple[tuple[Story, int], ...] = (
         _fails(
             "datain-timeout",
             (JOBDW, "#DW DataIn action=wait"),
-            "DataIn did not complete within 1s",
+            "DataIn failed: did not complete within 1s",
             False,
             timeouts={"datain": "1s"},
         ),

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flux_dws.base.jobid import f58
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.health import Failures
 from flux_dws.core.identity import FINALIZER
@@ -249,7 +250,11 @@ def test_error_in_any_state_raises_the_message_and_tears_down_at_once(state):
     message = "DW Directive 0: User error: no space left"
     actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
     raised = of(actions, lc.RaiseException)
-    assert [r.note for r in raised] == [f"{state.value} failed: User error: no space left"]
+    # the state, the directive DWS named (DW Directive 0), DWS's reason without its
+    # "User error:" prefix, and where to look next
+    assert [r.note for r in raised] == [
+        f"{state.value} failed: {JOBDW}: no space left; flux dws status {f58(j.jobid)}"
+    ]
     assert tears_down(actions)
     assert (lc.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
     assert not of(actions, lc.ReleaseDependency)
@@ -304,7 +309,9 @@ def test_the_reason_for_an_abort_is_recorded_before_teardown_is_asked(state):
     record = next(
         i for i, a in enumerate(actions) if isinstance(a, lc.PostEvent) and a.name == "dws-state"
     )
-    assert actions[record].context["reason"] == f"{state.value} failed: User error: no space left"
+    assert actions[record].context["reason"] == (
+        f"{state.value} failed: {JOBDW}: no space left; flux dws status {f58(j.jobid)}"
+    )
     assert record < kinds.index("SetDesiredState") < kinds.index("RaiseException")
 
 
@@ -363,7 +370,7 @@ def test_a_state_past_its_deadline_fails_naming_state_and_timeout(state):
     j = job(phase, request=req, started=phase is JobPhase.EPILOG, **recorded(state, NOW - 1))
     actions = decide(j, wf(state, ready=False), POLICY, NOW)
     (raised,) = of(actions, lc.RaiseException)
-    assert raised.note.startswith(f"{state.value} did not complete within 1.5m")
+    assert raised.note.startswith(f"{state.value} failed: did not complete within 1.5m")
     assert tears_down(actions)
 
 

@@ -45,7 +45,7 @@ def test_deadline_set_before_a_restart_is_kept(stack):
     marker = stack.submit(JOBDW, runtime=0.05)
     back = stack.wait_event(marker, "dws-workflow")["timestamp"]
     info = stack.wait(jobid)
-    assert "PreRun did not complete within 4s" in exception_note(info)
+    assert "PreRun failed: did not complete within 4s" in exception_note(info)
     (raised,) = [e for e in info.eventlog if e["name"] == "exception"]
     assert raised["timestamp"] > deadline
     # the old deadline, at once: a fresh 4 s from the restart would come 4 s after `back`
@@ -94,7 +94,7 @@ def test_restart_in_every_hold_ends_every_job(stack):
     for jobid, state in ((depend, "Proposal"), (prolog, "DataIn"), (epilog, "DataOut")):
         info = stack.wait(jobid)
         assert info.attach_status != 0 and info.exception["type"] == "dws", (jobid, info.exception)
-        assert f"{state} did not complete within 3s" in exception_note(info)
+        assert f"{state} failed: did not complete within 3s" in exception_note(info)
         assert not info.holds
         assert len([e for e in info.eventlog if e["name"] == "exception"]) == 1
     assert stack.workflows() == []

@@ -187,7 +187,7 @@ def test_state_timeout_fails_the_job_naming_the_state(stack, state):
     )
     info = stack.wait(jobid)
     assert_failed(info, ran=state in (State.POSTRUN, State.DATAOUT))
-    assert f"{state.value} did not complete within 1s" in exception_note(info)
+    assert f"{state.value} failed: did not complete within 1s" in exception_note(info)
     assert_clean(stack, info)
 
 

@@ -28,6 +28,7 @@ from flux_dws.core.health import Failures, job_reason, tolerate
 from flux_dws.core.identity import FINALIZER
 from flux_dws.core.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.core.jobspec import release_update
+from flux_dws.core.messages import directive_index, directive_of, dws_reason, failure_note
 from flux_dws.core.policy import Policy
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
@@ -346,14 +347,17 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
         return f"workflow {wf.name} is in {state.value} while the job is in {job.phase.value}"
     if wf.failed:
         if wf.container.state.is_failure:
-            return f"{state.value} failed: {wf.container.reason}"
-        return f"{state.value} failed: {wf.user_message or 'workflow status is Error'}"
+            index, reason = wf.container.dwd_index, wf.container.reason
+        else:
+            index, reason = directive_index(wf.message), wf.message or "workflow status is Error"
+        directive = directive_of(wf.directives, index)
+        return failure_note(state.value, reason, job.jobid, directive=directive)
     if wf.transient and job.transient and job.transient[0] is state:
         grace = _timeout(job, "transient", policy)
         if now >= job.transient[1] + grace:
-            return (
-                f"{state.value} in TransientCondition for more than {format_fsd(grace)}: "
-                f"{wf.user_message or 'no message'}"
+            reason = f"in TransientCondition for more than {format_fsd(grace)}: "
+            return failure_note(
+                state.value, reason + (dws_reason(wf.message) or "no message"), job.jobid
             )
     if (
         not wf.complete
@@ -361,10 +365,9 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
         and job.deadline is not None
         and now >= job.deadline
     ):
-        note = (
-            f"{state.value} did not complete within {format_fsd(_timeout(job, state.key, policy))}"
-        )
-        return f"{note}: {wf.user_message}" if wf.user_message else note
+        reason = f"did not complete within {format_fsd(_timeout(job, state.key, policy))}"
+        said = dws_reason(wf.message)
+        return failure_note(state.value, f"{reason}: {said}" if said else reason, job.jobid)
     return None
 
 
