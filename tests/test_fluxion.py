@@ -9,11 +9,14 @@ where flux-core or Fluxion (flux-sched) is not installed.
 
 from __future__ import annotations
 
+import io
+import json
 import time
 
 import pytest
 
 from flux_dws.base.hostlist import expand_hostlist
+from flux_dws.cli import main
 from flux_dws.core.rabbits import GIB, allocated_rabbits
 from flux_dws.testing.realflux import flux_command, fluxion_installed
 
@@ -113,6 +116,15 @@ def test_servers_name_exactly_the_rabbits_in_the_jobs_R(stack):
         servers = stack.api.store.get("servers", "default", f"{name}-0")
         named = {s["name"] for aset in servers["spec"]["allocationSets"] for s in aset["storage"]}
         assert named == set(placed)
+        # the plugin recorded them on the job (flux jobs -o '{user.rabbits}')
+        memos = [e["context"] for e in stack.flux.eventlog(jobid) if e["name"] == "memo"]
+        assert {"rabbits": "rabbit-[0-1]"} in memos
+        # and flux dws rabbits -j names the same rabbits, with the job's 60 GiB on each
+        out, err = io.StringIO(), io.StringIO()
+        argv = ["rabbits", "-j", str(jobid), "--kubeconfig", stack.kubeconfig, "--json"]
+        assert main(argv, out=out, err=err) == 0, err.getvalue()
+        got = {r["name"]: r["allocation"] for r in json.loads(out.getvalue())}
+        assert got == {rabbit: 60 * GIB for rabbit in placed}
     finally:
         stack.cancel(jobid)
         stack.wait(jobid, timeout=120)

@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rabbits_arguments(p)
 
+    p = sub.add_parser("persistent", help="persistent storage: list, create, destroy, share")
+    from flux_dws.cli.persistent import add_arguments as persistent_arguments
+
+    persistent_arguments(p, _Parser)
+
     p = sub.add_parser("simulate", help="run a mix of #DW jobs against a simulated cluster")
     from flux_dws.cli.simulate import add_arguments
 
@@ -185,6 +190,10 @@ def _run(
         from flux_dws.cli import rabbitgraph
 
         return rabbitgraph.run(args, out)
+    if args.command == "persistent":
+        from flux_dws.cli import persistent
+
+        return persistent.run(args, out, environ)
     if args.command == "rabbits":
         from flux_dws.cli import rabbits
 

@@ -19,6 +19,7 @@ from flux_dws.base.jobid import f58
 
 _DIRECTIVE = re.compile(r"^\s*DW Directive (\d+):\s*")
 _TYPE = re.compile(r"^\s*(?:user|wlm|internal) error:\s*", re.IGNORECASE)
+_NAME = re.compile(r"\bname=(\S+)")
 #: How much of a directive a note quotes.
 DIRECTIVE_LIMIT = 160
 
@@ -80,6 +81,8 @@ def failure_note(
     directive = untrusted.text(" ".join(str(directive).split()), DIRECTIVE_LIMIT)
     where = f"{directive}: " if directive else ""
     then = next_step(reason, jobid) if step is None else step
+    named = _NAME.search(directive)
+    then = then.replace("NAME", named.group(1)) if named else then
     return f"{state} failed: {where}{reason}" + (f"; {then}" if then else "")
 
 

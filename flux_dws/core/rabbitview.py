@@ -132,7 +132,7 @@ def rabbit_rows(
             if isinstance(host, str) and host:
                 hosts.append(untrusted.field(host, 253))
     by_name = {untrusted.name_of(s): untrusted.mapping(s) for s in storages}
-    by_name.pop("", None)
+    by_name.pop(untrusted.UNKNOWN, None)
     held: dict[str, dict[tuple[str, str], int]] = {}
     for obj in servers:
         owner = _holder(obj)

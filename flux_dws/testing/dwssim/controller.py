@@ -36,6 +36,7 @@ from flux_dws.core.storage import rabbit_map
 from flux_dws.testing.dwssim import companions as cmp
 from flux_dws.testing.dwssim import datamovement as dm
 from flux_dws.testing.dwssim import faults as flt
+from flux_dws.testing.dwssim import persistent as pst
 from flux_dws.testing.dwssim import pods as pd
 from flux_dws.testing.dwssim.capacity import CapacityLedger, requested
 from flux_dws.testing.dwssim.containers import (
@@ -554,6 +555,12 @@ class DwsSim:
     def _proposal(self, wf: dict[str, Any], d: Directive) -> Outcome:
         if d.command == "container":
             return self._pin_profile(wf, d)
+        if d.command == "persistentdw":
+            name = d.args.get("name", "")
+            psi = self._get(pst.PLURAL, wf["metadata"]["namespace"], name)
+            problem = pst.use_problem(psi, name, (wf.get("spec") or {}).get("userID"))
+            if problem is not None:
+                return problem
         if d.command not in BREAKDOWN_COMMANDS:
             return Complete()
         try:
@@ -621,6 +628,8 @@ class DwsSim:
             if ports is None:
                 return ports_failure()
             return Complete(env={"NNF_CONTAINER_PORTS": ",".join(str(p) for p in ports)})
+        if d.command == "persistentdw":
+            return self._use_persistent(wf, d, add=True)
         if d.command not in ("jobdw", "create_persistent"):
             return Complete()
         name = cmp.indexed_name(wf, d.index)
@@ -654,7 +663,49 @@ class DwsSim:
         if failed:
             self._set_status("servers", servers, flt.failed_servers_status(status, failed))
             return flt.setup_failure(failed)
-        self._set_status("servers", servers, status)
+        written = self._set_status("servers", servers, status)
+        if d.command == "create_persistent":
+            psi = pst.instance(wf, d.args["name"], d.args.get("type", ""), d.text)
+            self._ensure(pst.PLURAL, psi)
+            self._ensure("servers", pst.owned_servers(written, psi))
+        return Complete()
+
+    def _use_persistent(self, wf: dict[str, Any], d: Directive, *, add: bool) -> Outcome:
+        """A persistentdw's workflow becomes (or stops being) a consumer of the instance."""
+        namespace, name = wf["metadata"]["namespace"], d.args.get("name", "")
+        ref = pst.consumer(wf, d.index)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            psi = self._get(pst.PLURAL, namespace, name)
+            if psi is None:
+                return pst.use_problem(None, name, None) if add else Complete()
+            if add and psi.get("status", {}).get("state") not in pst.USABLE:
+                return pst.use_problem(None, name, None)
+            try:
+                self._store.replace(
+                    pst.PLURAL, namespace, name, pst.with_consumer(psi, ref, add), shared=True
+                )
+                self._count(pst.PLURAL)
+                return Complete()
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+        raise ApiError(409, "Conflict", f"{pst.PLURAL} {namespace}/{name} kept changing")
+
+    def _destroy(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        namespace, name = wf["metadata"]["namespace"], d.args.get("name", "")
+        psi = self._get(pst.PLURAL, namespace, name)
+        if psi is None:
+            return Complete()
+        problem = pst.destroy_problem(psi, (wf.get("spec") or {}).get("userID"))
+        if problem is not None:
+            return problem
+        for plural in ("servers", pst.PLURAL):
+            try:
+                self._store.delete(plural, namespace, name, shared=True)
+                self._count(plural)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
         return Complete()
 
     def _rabbit_capacity(self) -> dict[str, int | None]:
@@ -747,6 +798,10 @@ class DwsSim:
         return verdict
 
     def _teardown(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command == "persistentdw":
+            return self._use_persistent(wf, d, add=False)
+        if d.command == "destroy_persistent":
+            return self._destroy(wf, d)
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
         self.capacity.release(wf["metadata"].get("uid", ""))

@@ -1,0 +1,262 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""``flux dws persistent list|create|destroy|share``: persistent storage as a managed resource.
+
+``list`` reads DWS's PersistentStorageInstances (live, or a saved JSON as ``flux dws rabbits``
+does); ``share`` sets or clears nnf-sos's ignore-uid annotation, for the instance's owner only;
+``create`` and ``destroy`` run the ``create_persistent`` / ``destroy_persistent`` job for the
+person (a Flux job submitted through flux-core's Python API) and say how it ended.  A destroy
+of storage that jobs use now is refused before any job is submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, TextIO
+
+from flux_dws.base.errors import DwsError
+from flux_dws.base.jobid import f58
+from flux_dws.base.sizes import parse_size, show_bytes
+from flux_dws.cli.rabbitgraph import _read_json
+from flux_dws.cli.render import Column, dumps, format_table
+from flux_dws.cli.sources import KUBE_RETRIES, KUBE_TIMEOUT, user_name
+from flux_dws.core.persistent import PersistentRow, destroy_refusal, persistent_rows
+
+#: (directive) -> (jobid, the job's eventlog once inactive); replaced in tests.
+Submit = Callable[[str, float], tuple[int, list[dict[str, Any]]]]
+
+PERSISTENT_FIELDS: Mapping[str, Column] = {
+    "name": Column("NAME", "the storage's name (persistentdw name=...)"),
+    "owner": Column("OWNER", "the user who created it"),
+    "type": Column("TYPE", "its file system type"),
+    "capacity": Column("CAPACITY", "its capacity, from its Servers"),
+    "rabbits": Column("RABBITS", "the rabbits it is on"),
+    "state": Column("STATE", "Creating, Active, Degraded or Destroying"),
+    "shared": Column("SHARED", "other users may use it (ignore-uid)"),
+    "jobs": Column("USED-BY", "the jobs using it now"),
+}
+DEFAULT_FORMAT = (
+    "{name:<16} {owner:<8.8} {type:<6} {capacity:>8} {state:<10} {shared:<6} {rabbits:<16} {jobs}"
+)
+TYPES = ("xfs", "gfs2", "lustre", "raw")
+
+
+def add_arguments(parser: argparse.ArgumentParser, parser_class: Any) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=parser_class)
+    sub.required = True
+    p = sub.add_parser("list", help="persistent storage: owner, type, capacity, state, users")
+    p.add_argument("-o", "--format", help="a format string of " + ", ".join(PERSISTENT_FIELDS))
+    p.add_argument("-H", "--no-header", action="store_true", help="omit the header line")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--from-file", metavar="FILE", help="read saved resources instead of the API")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
+    p = sub.add_parser("share", help="let every user's persistentdw use it (owner only)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--off", action="store_true", help="stop sharing it")
+    p.add_argument("--namespace", default="default", help="its namespace (default: default)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
+    p = sub.add_parser("create", help="run a create_persistent job")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("-t", "--type", required=True, choices=TYPES, help="file system type")
+    p.add_argument("-c", "--capacity", required=True, help="capacity, e.g. 1TiB")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    p = sub.add_parser("destroy", help="run a destroy_persistent job (refused while in use)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--namespace", default="default", help="its namespace (default: default)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the in-use check")
+
+
+def _kube(kubeconfig: str | None) -> Any:
+    from flux_dws.k8s import KubeClient
+
+    return KubeClient.connect(
+        namespace="default",
+        identity="persistent",
+        kubeconfig=kubeconfig,
+        timeout=KUBE_TIMEOUT,
+        retries=KUBE_RETRIES,
+    )
+
+
+def live_rows(kubeconfig: str | None) -> list[PersistentRow]:
+    from flux_dws.k8s import admin
+
+    kube = _kube(kubeconfig)
+    try:
+        return persistent_rows(
+            admin.list_persistent(kube), admin.list_servers(kube), admin.list_all_workflows(kube)
+        )
+    finally:
+        kube.close()
+
+
+def saved_rows(path: str) -> list[PersistentRow]:
+    from flux_dws.cli.rabbits import split_saved
+
+    saved = split_saved(_read_json(path, "saved resources", sys.stdin))
+    return persistent_rows(saved.persistent, saved.servers, saved.workflows)
+
+
+def record(row: PersistentRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "owner": "-" if row.owner is None else user_name(row.owner),
+        "type": row.fs_type or "-",
+        "capacity": show_bytes(row.capacity) if row.capacity else "-",
+        "rabbits": ",".join(row.rabbits) or "-",
+        "state": row.state,
+        "shared": "yes" if row.shared else "no",
+        "jobs": ",".join(f58(j) for j in row.jobs) or ("-" if not row.consumers else "?"),
+    }
+
+
+def as_json(row: PersistentRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "namespace": row.namespace,
+        "owner": row.owner,
+        "type": row.fs_type,
+        "capacity": row.capacity,
+        "rabbits": list(row.rabbits),
+        "state": row.state,
+        "usable": row.usable,
+        "shared": row.shared,
+        "consumers": list(row.consumers),
+        "jobs": [f58(j) for j in row.jobs],
+    }
+
+
+def _find(rows: Sequence[PersistentRow], name: str, namespace: str) -> PersistentRow | None:
+    return next((r for r in rows if r.name == name and r.namespace == namespace), None)
+
+
+def flux_submit(environ: Mapping[str, str]) -> Submit:
+    """Submit with flux-core's Python API to the instance in FLUX_URI, and wait (bounded)."""
+
+    def submit(directive: str, timeout: float) -> tuple[int, list[dict[str, Any]]]:
+        from flux_dws.cli.sources import FluxSource
+
+        source = FluxSource(command="flux dws persistent ...", environ=environ)
+        try:
+            import flux.job  # present: FluxSource imported flux
+
+            spec = flux.job.JobspecV1.from_command(["true"], num_nodes=1, num_tasks=1)
+            spec.setattr("system.dw", directive)
+            jobid = int(flux.job.submit(source.handle, spec))
+            try:
+                flux.job.event_wait(source.handle, jobid, "clean", timeout=timeout)
+            except TimeoutError:
+                raise DwsError(
+                    f"job {f58(jobid)} ({directive}) has not ended after {timeout:g}s;"
+                    f" see flux dws status {f58(jobid)}"
+                ) from None
+            return jobid, source.eventlog(jobid)
+        finally:
+            source.close()
+
+    return submit
+
+
+def _ran(directive: str, submit: Submit, timeout: float) -> tuple[int, str | None]:
+    """Run the job; (jobid, None) when it succeeded, else its failure."""
+    from flux_dws.cli.views import fatal_exception
+    from flux_dws.flux.results import job_result
+
+    jobid, eventlog = submit(directive, timeout)
+    exc = fatal_exception(eventlog)
+    if exc is not None:
+        return jobid, str(exc.get("note") or exc.get("type") or "failed")
+    result = job_result(eventlog)
+    return jobid, None if result == "COMPLETED" else result
+
+
+def run(
+    args: argparse.Namespace,
+    out: TextIO,
+    environ: Mapping[str, str] | None = None,
+    *,
+    submit: Submit | None = None,
+    uid: int | None = None,
+) -> int:
+    environ = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
+    if args.action == "list":
+        rows = saved_rows(args.from_file) if args.from_file else live_rows(args.kubeconfig)
+        if args.json:
+            print(dumps([as_json(r) for r in rows]), file=out)
+            return 0
+        lines = format_table(
+            [record(r) for r in rows],
+            args.format or DEFAULT_FORMAT,
+            PERSISTENT_FIELDS,
+            header=not args.no_header,
+        )
+        for line in lines:
+            print(line.rstrip(), file=out)
+        return 0
+    if args.action == "share":
+        return _share(args, out, uid)
+    submit = submit or flux_submit(environ)
+    if args.action == "create":
+        try:
+            parse_size(args.capacity)
+        except DwsError as exc:
+            raise DwsError(f"--capacity: {exc}") from None
+        directive = (
+            f"#DW create_persistent type={args.type} capacity={args.capacity} name={args.name}"
+        )
+        jobid, failed = _ran(directive, submit, args.timeout)
+        if failed:
+            raise DwsError(
+                f"persistent storage {args.name!r} was not created: job {f58(jobid)}: {failed}"
+            )
+        print(
+            f"created persistent storage {args.name!r} ({args.type}, {args.capacity})"
+            f" with job {f58(jobid)}",
+            file=out,
+        )
+        return 0
+    rows = live_rows(args.kubeconfig)
+    row = _find(rows, args.name, args.namespace)
+    if row is None:
+        raise DwsError(f"no persistent storage {args.name!r} in namespace {args.namespace}")
+    refusal = destroy_refusal(row, [f"job {f58(j)}" for j in row.jobs])
+    if refusal:
+        raise DwsError(refusal)
+    jobid, failed = _ran(f"#DW destroy_persistent name={args.name}", submit, args.timeout)
+    if failed:
+        raise DwsError(
+            f"persistent storage {args.name!r} was not destroyed: job {f58(jobid)}: {failed}"
+        )
+    print(f"destroyed persistent storage {args.name!r} with job {f58(jobid)}", file=out)
+    return 0
+
+
+def _share(args: argparse.Namespace, out: TextIO, uid: int) -> int:
+    from flux_dws.k8s import admin
+
+    kube = _kube(args.kubeconfig)
+    try:
+        psi = admin.get_persistent(kube, args.namespace, args.name)
+        if psi is None:
+            raise DwsError(f"no persistent storage {args.name!r} in namespace {args.namespace}")
+        (row,) = persistent_rows([psi])
+        if row.owner != uid:
+            raise DwsError(
+                f"persistent storage {args.name!r} belongs to uid {row.owner}:"
+                " only its owner may share it"
+            )
+        admin.set_shared(kube, args.namespace, args.name, not args.off)
+    finally:
+        kube.close()
+    if args.off:
+        print(f"persistent storage {args.name!r} is now usable by its owner only", file=out)
+    else:
+        print(f"persistent storage {args.name!r} is now usable by every user's jobs", file=out)
+    return 0
+
+
+__all__ = ["PERSISTENT_FIELDS", "add_arguments", "run"]
