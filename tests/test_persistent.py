@@ -63,7 +63,7 @@ def listed(stack) -> dict[str, dict]:
     return {r["name"]: r for r in json.loads(run(stack, "list", "--json"))}
 
 
-def test_persistent_storage_from_creation_to_destruction(stack):
+def test_create_use_and_destroy(stack):
     said = run(stack, "create", NAME, "-t", "xfs", "-c", "10GiB")
     assert said.startswith(f"created persistent storage '{NAME}' (xfs, 10GiB) with job ")
     row = listed(stack)[NAME]
@@ -74,29 +74,14 @@ def test_persistent_storage_from_creation_to_destruction(stack):
         False,
     )
     assert row["jobs"] == []
-
-    # another user's persistentdw on unshared storage fails, in nnf-sos's words and ours
-    refused = stack.wait(stack.submit(USE, userid=OTHER), timeout=120)
-    assert refused.result == "FAILED"
-    assert refused.exception["note"].startswith(
-        f"Proposal failed: {USE}: User ID does not match existing persistent storage; "
-        f"its owner can share it: flux dws persistent share {NAME}"
-    )
-
-    # only the owner may share it
-    with pytest.raises(DwsError, match="only its owner may share it"):
-        run(stack, "share", NAME, uid=OTHER)
-    assert "usable by every user's jobs" in run(stack, "share", NAME)
-    assert listed(stack)[NAME]["shared"] is True
-
-    # now the other user's job runs; while it does, destroy is refused naming it
-    jobid = stack.submit(USE, userid=OTHER, runtime=None)
+    # the owner's job uses it; while it runs, destroy is refused naming the job
+    jobid = stack.submit(USE, runtime=None)
     try:
         stack.wait_event(jobid, "start", timeout=120)
         assert listed(stack)[NAME]["jobs"] == [f58(jobid)]
-        with pytest.raises(DwsError) as refused_destroy:
+        with pytest.raises(DwsError) as refused:
             run(stack, "destroy", NAME)
-        assert str(refused_destroy.value) == (
+        assert str(refused.value) == (
             f"persistent storage '{NAME}' is in use by job {f58(jobid)}: it can be destroyed"
             " once they end"
         )
@@ -104,11 +89,54 @@ def test_persistent_storage_from_creation_to_destruction(stack):
         stack.cancel(jobid)
         stack.wait(jobid, timeout=120)
     assert listed(stack)[NAME]["jobs"] == []
-
-    assert "usable by its owner only" in run(stack, "share", NAME, "--off")
     said = run(stack, "destroy", NAME)
     assert said.startswith(f"destroyed persistent storage '{NAME}' with job ")
     assert NAME not in listed(stack)
+
+
+def _someone_elses(stack, name: str) -> None:
+    """Persistent storage another user made, as nnf-sos leaves it after their job."""
+    stack.api.store.create(
+        "persistentstorageinstances",
+        "default",
+        {
+            "apiVersion": "dataworkflowservices.github.io/v1alpha7",
+            "kind": "PersistentStorageInstance",
+            "metadata": {"name": name},
+            "spec": {
+                "name": name,
+                "fsType": "lustre",
+                "userID": OTHER,
+                "state": "Active",
+                "dwDirective": f"#DW create_persistent type=lustre name={name}",
+            },
+            "status": {"state": "Active"},
+        },
+    )
+
+
+def test_unshared_storage_is_refused_until_its_owner_shares_it(stack):
+    name = "their-data"
+    use = f"#DW persistentdw name={name}"
+    _someone_elses(stack, name)
+    refused = stack.wait(stack.submit(use), timeout=120)
+    assert refused.result == "FAILED"
+    assert refused.exception["note"] == (
+        f"Proposal failed: {use}: User ID does not match existing persistent storage; "
+        f"its owner can share it: flux dws persistent share {name}"
+    )
+    # only the owner may share it
+    with pytest.raises(DwsError, match=f"belongs to uid {OTHER}: only its owner may share it"):
+        run(stack, "share", name)
+    assert "usable by every user's jobs" in run(stack, "share", name, uid=OTHER)
+    assert listed(stack)[name]["shared"] is True
+    ran = stack.wait(stack.submit(use), timeout=120)
+    assert (ran.result, ran.exception) == ("COMPLETED", None)
+    # destroying it stays its owner's (nnf-sos refuses anyone else, in Teardown)
+    with pytest.raises(DwsError, match=f"belongs to uid {OTHER}: only its owner may destroy it"):
+        run(stack, "destroy", name)
+    assert name in listed(stack)
+    assert "usable by its owner only" in run(stack, "share", name, "--off", uid=OTHER)
 
 
 def test_use_refusals_name_the_storage_and_the_reason():

@@ -166,6 +166,9 @@ def _ran(directive: str, submit: Submit, timeout: float) -> tuple[int, str | Non
     from flux_dws.flux.results import job_result
 
     jobid, eventlog = submit(directive, timeout)
+    for event in eventlog:  # DWS refused to tear down (a destroy_persistent it would not do)
+        if event.get("name") == "dws-teardown-failed":
+            return jobid, str((event.get("context") or {}).get("reason") or "Teardown failed")
     exc = fatal_exception(eventlog)
     if exc is not None:
         return jobid, str(exc.get("note") or exc.get("type") or "failed")
@@ -223,6 +226,11 @@ def run(
     row = _find(rows, args.name, args.namespace)
     if row is None:
         raise DwsError(f"no persistent storage {args.name!r} in namespace {args.namespace}")
+    if row.owner != uid:  # nnf-sos refuses it in Teardown, which would drain the job's node
+        raise DwsError(
+            f"persistent storage {args.name!r} belongs to uid {row.owner}:"
+            " only its owner may destroy it"
+        )
     refusal = destroy_refusal(row, [f"job {f58(j)}" for j in row.jobs])
     if refusal:
         raise DwsError(refusal)
