@@ -524,6 +524,10 @@ def parser_options() -> dict[str, set[str]]:
     (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
     for name, subparser in sub.choices.items():
         found[f"flux dws {name}"] = _options(subparser)
+        for nested in subparser._actions:  # flux dws persistent list|create|...
+            if nested.__class__.__name__ == "_SubParsersAction":
+                for verb, verb_parser in nested.choices.items():
+                    found[f"flux dws {name} {verb}"] = _options(verb_parser)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         daemon.parse_args(["--help"])
