@@ -354,7 +354,21 @@ def test_lustre_breakdown_asks_for_targets(store: Store, sim: DwsSim) -> None:
     assert wf["status"]["ready"] is True
 
 
+def _persistent(store: Store, name: str, uid: int, annotations: dict | None = None) -> None:
+    """A PersistentStorageInstance as nnf-sos leaves it after a create_persistent."""
+    store.create(
+        "persistentstorageinstances",
+        NS,
+        {
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"name": name, "fsType": "xfs", "userID": uid, "state": "Active"},
+            "status": {"state": "Active"},
+        },
+    )
+
+
 def test_persistentdw_has_no_storage_request_and_its_own_env(store: Store, sim: DwsSim) -> None:
+    _persistent(store, "shared-data", UID)
     wf = create(store, "wf-per", ["#DW persistentdw name=shared-data"])
     wait_for(store, "wf-per", settled("Proposal"), "ready in Proposal")
     assert "storage" not in store.get("directivebreakdowns", NS, "wf-per-0")["status"]
@@ -364,6 +378,31 @@ def test_persistentdw_has_no_storage_request_and_its_own_env(store: Store, sim: 
         f"/mnt/nnf/{wf['metadata']['uid']}-0"
     )
     assert "DW_JOBS" not in done["status"]["env"]
+    consumers = store.get("persistentstorageinstances", NS, "shared-data")["spec"]
+    assert consumers["consumerReferences"] == [
+        {"kind": "Workflow", "name": "wf-per-0", "namespace": NS}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("owner", "annotations", "message"),
+    [
+        (UID + 1, {}, "User ID does not match existing persistent storage"),
+        (UID + 1, {"dataworkflowservices.github.io/ignore-uid": "True"}, None),  # any case
+        (UID + 1, {"dataworkflowservices.github.io/ignore-uid": "no"}, "User ID does not match"),
+        (None, {}, "PersistentStorageInstance 'other-data' not found"),
+    ],
+)
+def test_persistentdw_follows_nnf_sos_uid_rule(store, sim, owner, annotations, message) -> None:
+    if owner is not None:
+        _persistent(store, "other-data", owner, annotations)
+    create(store, "wf-uid", ["#DW persistentdw name=other-data"])
+    wf = wait_for(store, "wf-uid", settled("Proposal"), "Proposal decided")
+    if message is None:
+        assert wf["status"]["ready"] is True
+    else:
+        assert wf["status"]["status"] == "Error"
+        assert message in wf["status"]["message"]
 
 
 def test_setup_without_allocation_is_a_fatal_wlm_error(store: Store, sim: DwsSim) -> None:
