@@ -115,7 +115,6 @@ static int state_cb (flux_plugin_t *p,
                 hold_in_depend (st);
             break;
         case FLUX_JOB_STATE_RUN:
-            post_rabbits_memo (st);
             start_prolog (st);
             break;
         case FLUX_JOB_STATE_CLEANUP:

@@ -168,7 +168,6 @@ bool is_dw_system (json_t *system);
 /* rabbits.c */
 json_t *hosts_from_R (json_t *R);
 json_t *rabbits_from_R (json_t *R);
-void post_rabbits_memo (struct dwsjob *st);
 
 /* job.c */
 const char *job_phase (struct dwsjob *st);

@@ -277,6 +277,35 @@ static int post_method (struct plugin_ctx *ctx,
     return 0;
 }
 
+/* Set user annotations on the job (a "memo" event, as `flux job memo` does): the rabbits
+ * the job got, which the service reads from the job's full R (jobtap's R has no
+ * scheduling key).  {"id", "memo": {...}}.
+ */
+static int memo_method (struct plugin_ctx *ctx,
+                        const flux_msg_t *msg,
+                        const char *method,
+                        json_t *payload,
+                        json_t **response,
+                        struct rpc_error *err)
+{
+    struct dwsjob ghost, *st = NULL;
+    char idbuf[32];
+    json_t *memo = json_object_get (payload, "memo");
+
+    if (lookup_dw_job (ctx, method, payload, &ghost, &st, err) < 0)
+        return -1;
+    if (!json_is_object (memo) || json_object_size (memo) == 0)
+        return fail (err, EPROTO, "job-manager.dws.memo: memo must be a non-empty object");
+    if (st->state == FLUX_JOB_STATE_INACTIVE)
+        return fail (err, ENOENT, "job %s is not held by the dws plugin",
+                     f58 (st->id, idbuf, sizeof (idbuf)));
+    if (flux_jobtap_event_post_pack (ctx->p, st->id, "memo", "O", memo) < 0)
+        return fail (err, errno, "job %s: posting the memo failed: %s",
+                     f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
+    *response = json_object ();
+    return 0;
+}
+
 static const struct {
     const char *name;
     method_f fn;
@@ -288,6 +317,7 @@ static const struct {
     { "epilog-finish", epilog_finish_method },
     { "raise", raise_method },
     { "post", post_method },
+    { "memo", memo_method },
     { "heartbeat", heartbeat_method },
     { "save", save_method },
 };

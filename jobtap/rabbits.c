@@ -101,31 +101,4 @@ done:
     return rabbits ? rabbits : json_object ();
 }
 
-/* Record the rabbits the job got on the job itself, as the memo "rabbits" (a hostlist),
- * so `flux jobs -o '{user.rabbits}'` shows them, as the incumbent integration did.  A memo
- * event updates the job's user annotations (flux-core job-manager event.c); posting it again
- * after a reload only sets the same value.  Nothing for a job without rabbits.
- */
-void post_rabbits_memo (struct dwsjob *st)
-{
-    struct hostlist *hl;
-    const char *rabbit;
-    json_t *hosts;
-    char *encoded = NULL;
-    char idbuf[32];
-
-    if (!st->rabbits || json_object_size (st->rabbits) == 0 || !(hl = hostlist_create ()))
-        return;
-    json_object_foreach (st->rabbits, rabbit, hosts)
-        (void)hostlist_append (hl, rabbit);
-    hostlist_sort (hl);
-    if ((encoded = hostlist_encode (hl))
-        && flux_jobtap_event_post_pack (st->ctx->p, st->id, "memo", "{s:s}",
-                                        "rabbits", encoded) < 0)
-        flux_log_error (st->ctx->h, "dws: job %s: posting the rabbits memo",
-                        f58 (st->id, idbuf, sizeof (idbuf)));
-    free (encoded);
-    hostlist_destroy (hl);
-}
-
 // vi:ts=4 sw=4 expandtab

@@ -105,6 +105,10 @@ class JobManager:
         context = json_safe(dict(context), one_line=True, record=True)
         self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
 
+    def memo(self, jobid: int, memo: Mapping[str, Any], on_done: Callback) -> None:
+        """Set user annotations on the job (``flux jobs -o '{user.KEY}'``)."""
+        self._rpc("memo", {"id": jobid, "memo": dict(memo)}, on_done)
+
     def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
         """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""
         value = json_safe(dict(value), record=True)  # a figure jansson cannot hold: unknown

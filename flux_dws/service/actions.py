@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.base.untrusted import name_of
 from flux_dws.core import lifecycle as lc
@@ -86,6 +87,7 @@ def set_desired_state(
             if not allocated and rabbits is not None:
                 allocated = sent["rabbits"] = dict(rabbits())
             _assign_nodes(x.kube, wf.name, proposal, action.assign, allocated, x.policy)
+            sent["allocated"] = allocated
         sent["at"] = time.monotonic()
         return x.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
 
@@ -102,6 +104,9 @@ def set_desired_state(
             x.metrics.reactions.append((action.state, sent["at"] - observed))
         if exc is None:
             tracked.patch_failing_since, tracked.async_retry = None, 0.0
+            if sent.get("allocated"):  # the rabbits the job got, on the job for flux jobs -o
+                memo = {"rabbits": encode_hostlist(sorted(set(sent["allocated"].values())))}
+                x.jm.memo(tracked.jobid, memo, x.flux_done(_memo_done(tracked), "memo", tracked))
             adopt(result)
             return
         if tracked.workflow is asked:  # nothing newer came: back to what was known
@@ -326,3 +331,13 @@ def force_ready(
         return x.kube.force_ready(wf.name)
 
     x.call(tracked, "forcing the state ready", done, x.adopt(tracked), force, urgent=True)
+
+
+def _memo_done(tracked: Tracked) -> Done:
+    """A memo that did not land is only a lost annotation: said, never retried."""
+
+    def done(error: Any) -> None:
+        if error is not None:
+            log.warning("job %s: the rabbits memo was not set: %s", f58(tracked.jobid), error)
+
+    return done

@@ -195,6 +195,7 @@ class DwsPlugin:
             "epilog-finish": self._epilog_finish,
             "raise": self._raise,
             "post": self._post,
+            "memo": self._memo,
             "heartbeat": self._heartbeat,
             "save": self._save,
         }
@@ -484,6 +485,16 @@ class DwsPlugin:
         self.jm.raise_exception_on(job, type_, severity, note, req.userid)
         if severity == 0:  # the plugin's memo: the result flux-core cannot change after finish
             self.jm.post_event(job, "memo", {"dws": {"result": "FAILED", "reason": note}})
+        return {}
+
+    def _memo(self, req: Request) -> dict[str, Any]:
+        job = self._dw_job(req)
+        memo = req.payload.get("memo")
+        if not isinstance(memo, dict) or not memo:
+            raise RpcError(errno.EPROTO, "job-manager.dws.memo: memo must be a non-empty object")
+        if job.state == "INACTIVE":
+            raise RpcError(errno.ENOENT, f"job {job_text(job.id)} is not held by the dws plugin")
+        self.jm.post_event(job, "memo", dict(memo))
         return {}
 
     def _post(self, req: Request) -> dict[str, Any]:
