@@ -403,7 +403,8 @@ def test_status_and_logs_of_a_finished_container_failure(stack):
     assert doc["container"]["state"] == "failed" and doc["result"] == "COMPLETED"
     assert doc["outcome"] == "FAILED"
     memos = [e["context"] for e in stack.flux.info(jobid).eventlog if e["name"] == "memo"]
-    assert memos == [{"dws": {"result": "FAILED", "reason": doc["exception"]["note"]}}]
+    assert memos[-1] == {"dws": {"result": "FAILED", "reason": doc["exception"]["note"]}}
+    assert [set(m) for m in memos] == [{"rabbits"}, {"dws"}]  # the rabbits it got, at Setup
 
 
 def test_status_and_list_of_a_job_waiting_in_prerun(stack):

@@ -966,6 +966,12 @@ def eventlog_sample() -> list[tuple[str, dict[str, Any]]]:
 def test_sample_eventlog_is_what_a_container_failure_gives(seen):
     sample = eventlog_sample()
     real = [e for e in seen.eventlogs["sample"] if e["name"] != "dws-waiting"]
+    # the rabbits memo follows the Setup patch's answer: where it lands among the events
+    # around it varies; both memos are there
+    memo_keys = sorted(tuple(c) for n, c in sample if n == "memo")
+    assert memo_keys == sorted(tuple(e["context"]) for e in real if e["name"] == "memo")
+    sample = [(n, c) for n, c in sample if not (n == "memo" and "rabbits" in c)]
+    real = [e for e in real if not (e["name"] == "memo" and "rabbits" in e["context"])]
     assert [n for n, _ in sample] == [e["name"] for e in real]
     for (name, context), event in zip(sample, real):
         assert set(context) == set(event["context"]), name
