@@ -164,4 +164,11 @@ def _ranged(prefix: str, suffix: str, width: int, values: list[int]) -> str:
     return f"{prefix}[{','.join(runs)}]{suffix}"
 
 
-__all__ = ["MAX_EXPANSION", "HostlistError", "encode_hostlist", "encode_idset", "expand_hostlist", "expand_idset"]
+__all__ = [
+    "MAX_EXPANSION",
+    "HostlistError",
+    "encode_hostlist",
+    "encode_idset",
+    "expand_hostlist",
+    "expand_idset",
+]
