@@ -717,6 +717,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     ],
     "list_clientmounts": lambda k: k.list_clientmounts(k.workflow_name(WORKFLOW_ID)),
     "read_servers": lambda k: k.read_servers(k.namespace, "nosuch"),
+    "list_servers": lambda k: k.list_servers(),
     "force_ready": lambda k: k.force_ready(k.workflow_name(WORKFLOW_ID)),
     "ping": lambda k: k.ping(),  # GET /version: allowed to everyone, like discovery
 }
@@ -776,6 +777,8 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     for health in ("clientmounts", "systemstatuses"):  # cluster-wide (rabbit and node health)
         assert where.pop(health) == {"*"}, health
     assert where.pop("nnfdatamovements") == {"*"}  # in nnf-dm-system and rabbit namespaces
+    # patched and read in the workflow's namespace; listed everywhere (capacity truth)
+    assert where.pop("servers") == {Policy().namespace, "*"}
     assert all(scopes == {Policy().namespace} for scopes in where.values()), where
 
 

@@ -209,11 +209,11 @@ def test_drainset_follows_flux_core():
         d.drain("nosuch", "x")
 
 
-def test_ssd_paths_come_from_the_rabbit_graph():
-    from flux_dws.flux.resource import ssd_paths
+def test_ssd_parts_come_from_the_rabbit_graph():
+    from flux_dws.core.rabbits import ssd_parts
 
     def vertex(kind: str, path: str) -> dict:
-        return {"metadata": {"type": kind, "paths": {"containment": path}}}
+        return {"metadata": {"type": kind, "paths": {"containment": path}, "size": 10}}
 
     R = {
         "scheduling": {
@@ -230,8 +230,19 @@ def test_ssd_paths_come_from_the_rabbit_graph():
             }
         }
     }
-    assert ssd_paths(R) == {
-        "rabbit-0": ("/cluster0/rabbit-0/ssd0", "/cluster0/rabbit-0/ssd1"),
-        "rabbit-1": ("/cluster0/rabbit-1/ssd2",),
+    assert ssd_parts(R) == {
+        "rabbit-0": (("/cluster0/rabbit-0/ssd0", 10), ("/cluster0/rabbit-0/ssd1", 10)),
+        "rabbit-1": (("/cluster0/rabbit-1/ssd2", 10),),
     }
-    assert ssd_paths(None) == {} and ssd_paths({"scheduling": 5}) == {}
+    assert ssd_parts(None) == {} and ssd_parts({"scheduling": 5}) == {}
+
+
+def test_parts_to_hold_cover_the_missing_bytes_from_the_end():
+    from flux_dws.core.rabbits import GIB, parts_to_hold
+
+    parts = [(f"/c/r/ssd{i}", 10) for i in range(4)]
+    assert parts_to_hold(parts, 0) == ()
+    assert parts_to_hold(parts, 1) == ("/c/r/ssd3",)
+    assert parts_to_hold(parts, 10 * GIB) == ("/c/r/ssd3",)
+    assert parts_to_hold(parts, 10 * GIB + 1) == ("/c/r/ssd2", "/c/r/ssd3")
+    assert len(parts_to_hold(parts, 1000 * GIB)) == 4

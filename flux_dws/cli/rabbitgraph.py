@@ -2,8 +2,9 @@
 """``flux dws rabbit-graph``: write the instance's R with rabbits for Fluxion.
 
 Reads R (RFC 20) from a file or standard input, the rabbits from the live Kubernetes API or
-from a JSON file an admin saved (``kubectl get systemconfigurations,storages -A -o json``), and
-writes R with a JGF ``scheduling`` key (flux_dws.core.rabbits.resource_graph).  The same
+from a JSON file an admin saved (``kubectl get systemconfigurations,storages,servers -A -o
+json``: Servers of persistent and system storage shrink the pools), and writes R
+with a JGF ``scheduling`` key (flux_dws.core.rabbits.resource_graph).  The same
 input always gives the same bytes, so a changed file means a changed system.
 """
 
@@ -27,6 +28,7 @@ from flux_dws.core.rabbits import (
 
 SYSTEM_CONFIGURATION_KIND = "SystemConfiguration"
 STORAGE_KIND = "Storage"
+SERVERS_KIND = "Servers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--from-file",
         metavar="FILE",
         help="read the SystemConfiguration and Storage resources from this saved JSON "
-        "(kubectl get systemconfigurations,storages -A -o json) instead of the live API",
+        "(kubectl get systemconfigurations,storages,servers -A -o json) instead of the live API",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
     parser.add_argument(
@@ -59,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_objects(saved: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(SystemConfiguration, Storages) from a saved kubectl List, or a plain list of objects."""
+def split_objects(saved: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(SystemConfiguration, Storages, Servers) from a saved kubectl List, or a plain list of
+    objects."""
     items = saved.get("items") if isinstance(saved, Mapping) else saved
     if not isinstance(items, list):
         raise RabbitError("the saved file is neither a kubectl List nor a JSON array")
@@ -68,10 +71,11 @@ def split_objects(saved: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         i for i in items if isinstance(i, dict) and i.get("kind") == SYSTEM_CONFIGURATION_KIND
     ]
     storages = [i for i in items if isinstance(i, dict) and i.get("kind") == STORAGE_KIND]
+    servers = [i for i in items if isinstance(i, dict) and i.get("kind") == SERVERS_KIND]
     if not configs:
         raise RabbitError("the saved file holds no SystemConfiguration")
     named = [c for c in configs if (c.get("metadata") or {}).get("name") == "default"]
-    return (named or configs)[0], storages
+    return (named or configs)[0], storages, servers
 
 
 def _read_json(path: str, what: str, stdin: TextIO) -> Any:
@@ -87,8 +91,10 @@ def _read_json(path: str, what: str, stdin: TextIO) -> Any:
         raise SourceError(f"{what} in {where} is not JSON: {exc}") from None
 
 
-def live_objects(kubeconfig: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(SystemConfiguration, Storages) from the Kubernetes API."""
+def live_objects(
+    kubeconfig: str | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(SystemConfiguration, Storages, Servers) from the Kubernetes API."""
     from flux_dws.k8s import KubeClient
 
     kube = KubeClient.connect(namespace="default", identity="rabbit-graph", kubeconfig=kubeconfig)
@@ -96,7 +102,7 @@ def live_objects(kubeconfig: str | None) -> tuple[dict[str, Any], list[dict[str,
         config = kube.read_system_configuration()
         if config is None:
             raise RabbitError("the API has no SystemConfiguration default/default")
-        return config, kube.list_storages()
+        return config, kube.list_storages(), kube.list_servers()
     finally:
         kube.close()
 
@@ -115,10 +121,11 @@ def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int:
     R = _read_json(args.resources, "R", sys.stdin)
     if args.from_file:
-        config, storages = split_objects(_read_json(args.from_file, "saved resources", sys.stdin))
+        saved = _read_json(args.from_file, "saved resources", sys.stdin)
+        config, storages, servers = split_objects(saved)
     else:
-        config, storages = live_objects(args.kubeconfig)
-    rabbits = rabbit_inventory(config, storages)
+        config, storages, servers = live_objects(args.kubeconfig)
+    rabbits = rabbit_inventory(config, storages, servers)
     graph = resource_graph(R, rabbits, cluster=args.cluster, chunks=args.chunks)
     text = json.dumps(graph, sort_keys=True, separators=(",", ":")) + "\n"
     if args.output:

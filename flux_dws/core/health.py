@@ -13,6 +13,7 @@ restarted service reaches the same answer and nothing flaps):
 - ``system_status_patch``: the smallest merge patch that makes DWS's SystemStatus
   ``data.nodes`` agree with Flux (Enabled when up and not drained, Disabled otherwise).
 - ``tolerate``: whether a job's failed nodes fit within its ``dw_failure_tolerance``.
+- ``capacity_drifts``: rabbits with less free space than their Servers explain (a leak).
 
 Everything read from Kubernetes is untrusted: a malformed Storage gives a rabbit in
 ``Unknown`` state, never an exception.
@@ -27,6 +28,7 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.jobid import f58
+from flux_dws.core.rabbits import device_capacity, servers_held
 
 #: Every drain reason flux-dws writes starts with this; anything else is an admin's.
 DRAIN_TAG = "dws: "
@@ -357,3 +359,57 @@ def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failure
 def hostlist(hosts: Iterable[str]) -> str:
     """Hosts as a comma-separated list (what resource.drain takes as targets)."""
     return ",".join(sorted(set(hosts)))
+
+
+# ---- capacity truth ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A rabbit with less free space than the Servers resources explain.
+
+    ``expected`` is its total device capacity less what every Servers resource allocates on
+    it (Flux's jobs', other instances', persistent and system storage); ``free`` is Storage
+    ``status.capacity``, what nnf-sos says is unallocated.  ``missing`` bytes are held by
+    something no Servers accounts for: storage a failed Teardown left behind, a replaced
+    drive, or an allocation made around DWS.
+    """
+
+    rabbit: str
+    total: int
+    expected: int
+    free: int
+
+    @property
+    def missing(self) -> int:
+        return self.expected - self.free
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "expected": self.expected, "free": self.free}
+
+
+def capacity_drifts(
+    storages: Iterable[Any], servers: Iterable[Any], threshold: int
+) -> dict[str, Drift]:
+    """Rabbit -> Drift for each rabbit missing more than ``threshold`` bytes.
+
+    Only a shortfall counts: a Servers written but not yet allocated (a job between Proposal
+    and Setup) makes ``expected`` lower than ``free`` for a moment, which is no alarm.  A
+    Storage without devices or without a byte count in ``status.capacity`` is skipped.
+    """
+    held: dict[str, int] = {}
+    for obj in servers:
+        for rabbit, size in servers_held(obj).items():
+            held[rabbit] = held.get(rabbit, 0) + size
+    drifts: dict[str, Drift] = {}
+    for obj in storages:
+        rabbit = rabbit_from_storage(obj)
+        status = untrusted.mapping(untrusted.mapping(obj).get("status"))
+        total = device_capacity(status)
+        free = untrusted.integer(status.get("capacity"), 0)
+        if rabbit is None or total is None or free is None:
+            continue
+        drift = Drift(rabbit.name, total, total - held.get(rabbit.name, 0), free)
+        if drift.missing > threshold:
+            drifts[rabbit.name] = drift
+    return drifts

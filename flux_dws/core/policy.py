@@ -102,6 +102,7 @@ class Policy:
     drain_compute_nodes: bool = True  # drain nodes whose rabbit or rabbit link is down
     drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
     health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
+    capacity_drift: int = 64 * 2**30  # bytes a rabbit may miss before its pool is held down
     failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
     metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
     max_directives: int = 100  # #DW directives one job may give
@@ -235,6 +236,13 @@ def _size(value: object, key: str) -> int:
         raise _fail(key, str(exc)) from None
 
 
+def _size_or_zero(value: object, key: str) -> int:
+    """A size string, or "0" / 0 for none (alarm on any shortfall)."""
+    if value in (0, "0", "0B"):
+        return 0
+    return _size(value, key)
+
+
 def _log_size(value: object, key: str) -> int:
     """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
     if isinstance(value, str):
@@ -349,6 +357,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "drain-compute-nodes": ("drain_compute_nodes", _boolean),
     "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
     "health-interval": ("health_interval", _interval),
+    "capacity-drift": ("capacity_drift", _size_or_zero),
     "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
     "metrics-address": ("metrics_address", _address),
     "max-directives": ("max_directives", partial(_count, least=1)),

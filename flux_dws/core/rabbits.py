@@ -5,8 +5,15 @@ Fluxion schedules what its resource graph holds.  flux-dws writes the instance's
 a JGF ``scheduling`` key in which each rabbit is a vertex that contains its compute nodes and its
 ``ssd`` pool sized in GiB, so a jobspec asking for a node together with SSD capacity gets both
 under the same rabbit.  Which nodes a rabbit serves comes from DWS's SystemConfiguration, its
-capacity and health from its Storage resource (dws-api.md section 7).  The job's own R, once
+health and devices from its Storage resource (dws-api.md section 7).  The job's own R, once
 Fluxion allocated it, says which rabbits the job got (:func:`allocated_rabbits`).
+
+A rabbit's pool is what Flux's jobs may have of it: its total device capacity, less what
+storage made outside the WLM holds (:func:`outside_allocations`).  Storage ``status.capacity``
+is *not* the total: nnf-sos copies it from NnfNode ``status.capacity``
+(internal/controller/dws_storage_controller.go), which nnf_node_controller.go sets to nnf-ec's
+``GuaranteedBytes``, the bytes still unallocated (nnf-ec pkg/manager-nnf/manager.go); the total
+is the sum of ``status.devices[].capacity``, one entry per drive.
 
 Everything read from Kubernetes or from R is untrusted: a malformed object is a
 :class:`RabbitError` with one line naming it.
@@ -43,9 +50,11 @@ class Rabbit:
 
     name: str
     computes: tuple[str, ...]
-    capacity: int  # bytes; 0 when DWS reports none
+    capacity: int  # bytes of the pool (total less outside allocations); 0 when none reported
     status: str  # Storage status.status ("NotPresent" when there is no Storage)
     enabled: bool  # Storage spec.state == Enabled
+    free: int | None = None  # Storage status.capacity: bytes nnf-sos says are unallocated
+    outside: int = 0  # bytes held by persistent and system storage (not Flux's to schedule)
 
     @property
     def usable(self) -> bool:
@@ -64,10 +73,73 @@ def _name(obj: Mapping[str, Any], what: str) -> str:
     return untrusted.field(name)
 
 
+#: Servers owned by these kinds hold storage that outlives any one job: a persistent file
+#: system (nnf-sos nnf_persistentstorageinstance_controller.go creates its Servers) and system
+#: storage (nnfsystemstorage_controller.go).  DWS labels every owned object with its owner's
+#: kind (dws api owner_labels.go, ``OwnerKindLabel``).
+OWNER_KIND_LABEL = "dataworkflowservices.github.io/owner.kind"
+OUTSIDE_KINDS = frozenset({"PersistentStorageInstance", "NnfSystemStorage"})
+
+
+def _count(value: Any) -> int:
+    """A byte or allocation count from the API; 0 for anything else (untrusted)."""
+    return untrusted.integer(value, 0) or 0
+
+
+def servers_held(servers: Mapping[str, Any]) -> dict[str, int]:
+    """Rabbit -> bytes one Servers resource allocates (allocationSize x allocationCount per
+    ``spec.allocationSets[].storage[]``, as nnf_storage_controller.go sizes each rabbit's
+    allocation); malformed entries count nothing."""
+    held: dict[str, int] = {}
+    spec = untrusted.mapping(untrusted.mapping(servers).get("spec"))
+    for aset in untrusted.sequence(spec.get("allocationSets")):
+        aset = untrusted.mapping(aset)
+        size = _count(aset.get("allocationSize"))
+        for entry in untrusted.sequence(aset.get("storage")):
+            entry = untrusted.mapping(entry)
+            name = entry.get("name")
+            if isinstance(name, str) and name:
+                count = entry.get("allocationCount", 1)
+                held[name] = held.get(name, 0) + size * (_count(count) or 1)
+    return held
+
+
+def owner_kind(obj: Any) -> str | None:
+    labels = untrusted.mapping(
+        untrusted.mapping(untrusted.mapping(obj).get("metadata")).get("labels")
+    )
+    kind = labels.get(OWNER_KIND_LABEL)
+    return kind if isinstance(kind, str) else None
+
+
+def outside_allocations(servers: Iterable[Any]) -> dict[str, int]:
+    """Rabbit -> bytes held by persistent and system storage (Servers owned by a
+    PersistentStorageInstance or an NnfSystemStorage): never in Flux's pool."""
+    held: dict[str, int] = {}
+    for obj in servers:
+        if owner_kind(obj) in OUTSIDE_KINDS:
+            for rabbit, size in servers_held(obj).items():
+                held[rabbit] = held.get(rabbit, 0) + size
+    return held
+
+
+def device_capacity(status: Mapping[str, Any]) -> int | None:
+    """Sum of ``status.devices[].capacity`` (nnf-sos writes 0 for a drive that is not Ready);
+    None when the Storage lists no device with a capacity."""
+    sizes = [
+        _count(untrusted.mapping(d).get("capacity"))
+        for d in untrusted.sequence(status.get("devices"))
+    ]
+    return sum(sizes) if any(sizes) else None
+
+
 def rabbit_inventory(
-    system_configuration: Mapping[str, Any], storages: Iterable[Mapping[str, Any]]
+    system_configuration: Mapping[str, Any],
+    storages: Iterable[Mapping[str, Any]],
+    servers: Iterable[Any] = (),
 ) -> dict[str, Rabbit]:
-    """Rabbit name -> Rabbit, from the SystemConfiguration and the Storage resources."""
+    """Rabbit name -> Rabbit, from the SystemConfiguration, the Storage resources and every
+    Servers resource (whose persistent and system storage shrink the pools)."""
     if not isinstance(system_configuration, Mapping):
         raise RabbitError("SystemConfiguration is not an object")
     spec = system_configuration.get("spec") or {}
@@ -79,6 +151,7 @@ def rabbit_inventory(
         if not isinstance(storage, Mapping):
             raise RabbitError("a Storage resource is not an object")
         by_storage[_name(storage, "a Storage resource")] = storage
+    outside = outside_allocations(servers)
     rabbits: dict[str, Rabbit] = {}
     for node in nodes:
         if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
@@ -94,11 +167,15 @@ def rabbit_inventory(
             if not isinstance(name, str) or not name:
                 raise RabbitError(f"SystemConfiguration {node['name']}: compute without a name")
             computes.append(name)
-        rabbits[node["name"]] = _rabbit(node["name"], computes, by_storage.get(node["name"]))
+        rabbits[node["name"]] = _rabbit(
+            node["name"], computes, by_storage.get(node["name"]), outside.get(node["name"], 0)
+        )
     return rabbits
 
 
-def _rabbit(name: str, computes: Sequence[str], storage: Mapping[str, Any] | None) -> Rabbit:
+def _rabbit(
+    name: str, computes: Sequence[str], storage: Mapping[str, Any] | None, outside: int = 0
+) -> Rabbit:
     if storage is None:
         return Rabbit(name, tuple(computes), 0, "NotPresent", False)
     spec = storage.get("spec") or {}
@@ -112,7 +189,11 @@ def _rabbit(name: str, computes: Sequence[str], storage: Mapping[str, Any] | Non
     if not isinstance(health, str):
         raise RabbitError(f"Storage {name}: status.status is not a string")
     enabled = spec.get("state", "Enabled") == "Enabled"
-    return Rabbit(name, tuple(computes), capacity, health or "Unknown", enabled)
+    # the total is the drives' sum; a Storage without devices (an older simulator, or nnf-sos
+    # before it listed the drives) only has status.capacity, the best figure there is
+    total = device_capacity(status)
+    pool = max(0, (capacity if total is None else total) - outside)
+    return Rabbit(name, tuple(computes), pool, health or "Unknown", enabled, capacity, outside)
 
 
 # ---- writing the graph -----------------------------------------------------------------------
@@ -268,9 +349,9 @@ def resource_graph(
 # ---- reading an allocation -------------------------------------------------------------------
 
 
-def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str]] | None:
-    """(type, name, containment path) of each vertex of R's scheduling JGF that has a path;
-    None when R carries no vertex list.  R is untrusted: anything else is skipped."""
+def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str, Any]] | None:
+    """(type, name, containment path, size) of each vertex of R's scheduling JGF that has a
+    path; None when R carries no vertex list.  R is untrusted: anything else is skipped."""
     scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
     graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
     vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
@@ -282,7 +363,7 @@ def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str]] | None:
         paths = meta.get("paths") if isinstance(meta, Mapping) else None
         path = paths.get("containment") if isinstance(paths, Mapping) else None
         if isinstance(path, str):
-            found.append((meta.get("type"), meta.get("name"), path))
+            found.append((meta.get("type"), meta.get("name"), path, meta.get("size")))
     return found
 
 
@@ -294,24 +375,42 @@ def allocated_rabbits(R: Mapping[str, Any] | None) -> dict[str, list[str]] | Non
     read, so a writer that leaves out the ancestors' vertices still gives the answer.
     """
     vertices = _jgf_vertices(R) or []
-    ssd_parents = {posixpath.dirname(p) for kind, _, p in vertices if kind == SSD_TYPE}
+    ssd_parents = {posixpath.dirname(p) for kind, _, p, _ in vertices if kind == SSD_TYPE}
     if not ssd_parents:
         return None
     found: dict[str, list[str]] = {}
-    for kind, name, path in vertices:
+    for kind, name, path, _ in vertices:
         parent = posixpath.dirname(path)
         if kind == "node" and isinstance(name, str) and parent in ssd_parents:
             found.setdefault(posixpath.basename(parent), []).append(name)
     return found
 
 
-def ssd_paths(R: Any) -> dict[str, tuple[str, ...]]:
-    """Rabbit -> the containment paths of its ssd vertices (to mark them up or down)."""
-    found: dict[str, list[str]] = {}
-    for kind, _, path in _jgf_vertices(R) or []:
+def ssd_parts(R: Any) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Rabbit -> (containment path, GiB) of each of its ssd vertices, by path."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for kind, _, path, size in _jgf_vertices(R) or []:
         if kind == SSD_TYPE:
-            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append(path)
-    return {rabbit: tuple(sorted(paths)) for rabbit, paths in found.items()}
+            gib = untrusted.integer(size, 0) or 0
+            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append((path, gib))
+    return {rabbit: tuple(sorted(parts)) for rabbit, parts in found.items()}
+
+
+def parts_to_hold(parts: Sequence[tuple[str, int]], hold: int) -> tuple[str, ...]:
+    """The paths of the fewest parts, taken from the end, whose GiB cover ``hold`` bytes
+    (every part when they do not): what to mark down so Fluxion cannot hand out capacity the
+    rabbit does not have.  Fluxion keeps a job's allocation on a part marked down, so a part
+    already in use is only kept from the next job."""
+    if hold <= 0:
+        return ()
+    taken: list[str] = []
+    covered = 0
+    for path, gib in reversed(parts):
+        if covered >= hold:
+            break
+        taken.append(path)
+        covered += gib * GIB
+    return tuple(sorted(taken))
 
 
 __all__ = [
@@ -322,7 +421,11 @@ __all__ = [
     "Rabbit",
     "RabbitError",
     "allocated_rabbits",
+    "device_capacity",
+    "outside_allocations",
+    "parts_to_hold",
     "rabbit_inventory",
+    "servers_held",
     "resource_graph",
-    "ssd_paths",
+    "ssd_parts",
 ]

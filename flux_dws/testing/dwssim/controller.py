@@ -37,7 +37,13 @@ from flux_dws.testing.dwssim import companions as cmp
 from flux_dws.testing.dwssim import datamovement as dm
 from flux_dws.testing.dwssim import faults as flt
 from flux_dws.testing.dwssim import pods as pd
-from flux_dws.testing.dwssim.capacity import CapacityLedger, requested
+from flux_dws.testing.dwssim.capacity import (
+    CapacityLedger,
+    outside_servers,
+    publish_free,
+    requested,
+    storage_totals,
+)
 from flux_dws.testing.dwssim.containers import (
     PROFILE_NAMESPACE,
     PROFILE_PLURAL,
@@ -444,6 +450,7 @@ class DwsSim:
         uid = (workflow.get("metadata") or {}).get("uid", "")
         self._release_ports(uid)
         self.capacity.release(uid)
+        publish_free(self._store, self.capacity)
         self._parsed.pop(uid, None)
         self._entered.pop(uid, None)
 
@@ -642,6 +649,7 @@ class DwsSim:
         short = self.capacity.take(
             (meta.get("uid", ""), d.index), requested(servers), self._rabbit_capacity()
         )
+        publish_free(self._store, self.capacity)
         if short is not None:
             return ResourceError(
                 f"{short}: insufficient capacity available",
@@ -658,13 +666,29 @@ class DwsSim:
         return Complete()
 
     def _rabbit_capacity(self) -> dict[str, int | None]:
-        """Rabbit -> status.capacity of its Storage resource (None where it reports none)."""
-        items, _ = self._store.list("storages", cmp.STORAGE_NAMESPACE, shared=True)
-        found: dict[str, int | None] = {}
-        for item in items:
-            capacity = (item.get("status") or {}).get("capacity")
-            found[item["metadata"]["name"]] = capacity if isinstance(capacity, int) else None
-        return found
+        """Rabbit -> total capacity of its Storage resource (None where it reports none)."""
+        return storage_totals(self._store)
+
+    def add_outside_storage(
+        self, name: str, rabbit: str, size: int, kind: str = "NnfSystemStorage"
+    ) -> None:
+        """Storage made outside the WLM (system storage, or a persistent file system): its
+        Servers in DWS's namespace and ``size`` bytes taken from ``rabbit``."""
+        self._store.create(
+            "servers", cmp.STORAGE_NAMESPACE, outside_servers(name, rabbit, size, kind)
+        )
+        self.capacity.take(("outside:" + name, 0), {rabbit: size}, {})
+        publish_free(self._store, self.capacity)
+
+    def leak(self, rabbit: str, size: int, name: str = "leak") -> None:
+        """``size`` bytes left allocated on ``rabbit`` with no Servers (a failed Teardown's
+        NnfNodeBlockStorage nnf-sos never deleted); ``unleak`` frees them."""
+        self.capacity.take(("leak:" + name, 0), {rabbit: size}, {})
+        publish_free(self._store, self.capacity)
+
+    def unleak(self, name: str = "leak") -> None:
+        self.capacity.release("leak:" + name)
+        publish_free(self._store, self.capacity)
 
     def _prerun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         meta = wf["metadata"]
@@ -750,6 +774,7 @@ class DwsSim:
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
         self.capacity.release(wf["metadata"].get("uid", ""))
+        publish_free(self._store, self.capacity)
         if d.command in ("container", "copy_in", "copy_out"):
             self._delete_labelled(wf, "pods" if d.command == "container" else dm.PLURAL)
         return Complete()
