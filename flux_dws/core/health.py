@@ -11,7 +11,8 @@ restarted service reaches the same answer and nothing flaps):
   (failure tolerance, stuck Teardown) say ``dws: job <id> ...`` and are left for an admin to
   undo, since the node itself may be broken.
 - ``system_status_patch``: the smallest merge patch that makes DWS's SystemStatus
-  ``data.nodes`` agree with Flux (Enabled when up and not drained, Disabled otherwise).
+  ``data.nodes`` agree with Flux by NNF's rule (``node_states``: Disabled only when the
+  broker is offline or flux-dws drained the node for a failed unmount or a fence).
 - ``tolerate``: whether a job's failed nodes fit within its ``dw_failure_tolerance``.
 - ``capacity_drifts``: rabbits with less free space than their Servers explain (a leak).
 
@@ -21,6 +22,7 @@ Everything read from Kubernetes is untrusted: a malformed Storage gives a rabbit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,9 @@ STATUSES = (
 #: A rabbit in one of these still serves its healthy links: only nodes whose own link is
 #: down are affected.  Any other status takes every node the rabbit serves.
 PARTIAL = frozenset({"Ready", "Degraded"})
+#: Statuses that say NNF has not told yet (see Rabbit.not_yet): the pool is down, but no
+#: compute node is drained for them.
+NOT_YET = frozenset({"Unknown", "Starting"})
 MAX_NAME = 253  # a Kubernetes object name; longer text from the API is cut
 MAX_REASON = 200  # drain reasons are shown in `flux resource drain` tables
 
@@ -66,26 +71,54 @@ class Rabbit:
     status: str = "Unknown"  # status.status
     enabled: bool = True  # spec.state != Disabled
     links: Mapping[str, str] = field(default_factory=FrozenMap)  # compute -> link status
+    reboot_required: bool = False  # status.rebootRequired: nnf-sos's mark of a fenced rabbit
+    message: str = ""  # status.message
+    disable_reason: str = ""  # the disable_reason annotation (`nnf rabbit disable -r`)
+    drain_reason: str = ""  # the drain_reason annotation (`nnf rabbit drain -r`)
+    reported: bool = True  # the Storage has a status at all (DWS creates it without one)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "links", FrozenMap(dict(self.links)))
 
     @property
     def down(self) -> str | None:
-        """Why the whole rabbit is unusable (its ssd pool goes down), or None."""
+        """Why the whole rabbit is unusable (its ssd pool goes down), or None.
+
+        Degraded is usable (DWS: "ready but operating in a degraded state"), except when
+        nnf-sos sets it with ``rebootRequired`` for a rabbit that was fenced (STONITH):
+        dws_storage_controller.go writes Degraded, rebootRequired and "Storage node requires
+        reboot to recover from STONITH event"; such a rabbit holds nothing until rebooted.
+        """
         if not self.enabled:
-            return "Disabled by an admin (spec.state)"
+            why = f": {self.disable_reason}" if self.disable_reason else ""
+            return f"Disabled by an admin (spec.state){why}"
+        if self.status == "Degraded" and self.reboot_required:
+            return f"Degraded, reboot required ({self.message or 'fenced'})"
+        if self.status == "Drained" and self.drain_reason:
+            return f"Drained: {self.drain_reason}"
         if self.status not in PARTIAL:
             return self.status
         return None
 
+    @property
+    def not_yet(self) -> bool:
+        """NNF has not said what this rabbit is yet: no status (DWS's SystemConfiguration
+        controller creates each Storage bare; nnf-sos's DWSStorageReconciler fills it only once
+        the rabbit's NnfNode exists and the Storage is Live), ``Starting``, or ``Unknown``
+        (what nnf-sos's ConvertToDWSResourceStatus gives any NNF status it has no name for).
+        Every rabbit of a fresh system starts so; its pool stays down, its nodes undrained."""
+        return self.enabled and (not self.reported or self.status in NOT_YET)
+
     def link_down(self, compute: str) -> str | None:
-        """Why ``compute`` cannot use this rabbit, or None."""
+        """Why ``compute`` cannot use this rabbit, or None (never for a rabbit NNF has not
+        reported yet: a fresh system's nodes are not drained for it)."""
         whole = self.down
+        if whole and self.not_yet:
+            return None
         if whole:
             return f"rabbit {self.name} is {whole}"
         link = self.links.get(compute)
-        if link is not None and link != READY:
+        if link is not None and link != READY and link not in NOT_YET:
             return f"rabbit {self.name} link to {compute} is {link}"
         return None
 
@@ -120,11 +153,17 @@ def rabbit_from_storage(obj: Any) -> Rabbit | None:
             compute = _text(entry.get("name"))
             if compute is not None:
                 links[compute] = _status(entry.get("status"))
+    annotations = untrusted.mapping(meta.get("annotations"))
     return Rabbit(
         name=name,
         status=_status(status.get("status")),
         enabled=spec.get("state") != "Disabled",
         links=links,
+        reboot_required=status.get("rebootRequired") is True,
+        message=_text(status.get("message"), 120) or "",
+        disable_reason=_text(annotations.get("disable_reason"), 120) or "",
+        drain_reason=_text(annotations.get("drain_reason"), 120) or "",
+        reported=bool(status.get("status")),
     )
 
 
@@ -217,11 +256,34 @@ ENABLED = "Enabled"
 DISABLED = "Disabled"
 
 
+#: Our drain reasons for a node nnf-sos should give up on: it holds a mount that would not
+#: come off, or it was fenced (the text after ``dws: job <id>: ``).
+UNMOUNT_FAILED = "unmount failed"
+FENCED = "fenced during the job"
+
+
+def disables_node(reason: str | None) -> bool:
+    """Whether a drain makes the node Disabled in SystemStatus: only flux-dws's own drains
+    for a failed unmount or a fence (never an admin's, never a rabbit drain)."""
+    if not isinstance(reason, str) or not reason.startswith(JOB_DRAIN):
+        return False
+    _, _, why = reason[len(JOB_DRAIN) :].partition(": ")
+    return why.startswith((UNMOUNT_FAILED, FENCED))
+
+
 def node_states(
-    hosts: Iterable[str], drained: Iterable[str], offline: Iterable[str]
+    hosts: Iterable[str], drained: Mapping[str, str], offline: Iterable[str]
 ) -> dict[str, str]:
-    """Flux's view of each compute node for DWS: Enabled when up and not drained."""
-    down = set(drained) | set(offline)
+    """Flux's view of each compute node for DWS, by NNF's rule.
+
+    nnf-sos reads SystemStatus in one place: NnfAccess's ``checkOfflineOrFencedCompute``
+    (internal/controller/nnf_access_controller.go) counts a compute whose entry is Disabled
+    as offline, and then removes its ClientMount's finalizer *without unmounting*.  So a node
+    is Disabled only when it cannot unmount anyway (its broker is offline) or when flux-dws
+    gave up on it (drained for a failed unmount or a fence); any other drain (an admin's, a
+    rabbit's) leaves a live node Enabled, and its mounts are taken down as usual.
+    """
+    down = set(offline) | {h for h, reason in drained.items() if disables_node(reason)}
     return {h: DISABLED if h in down else ENABLED for h in hosts}
 
 
@@ -354,6 +416,46 @@ def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failure
             detail = error.get("userMessage") if isinstance(error, Mapping) else error
             causes[node] = f"mount failed: {_text(detail, 200) or 'not mounted'}"
     return Failures("PreRun", tuple(causes), causes)
+
+
+def unmount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failures:
+    """Teardown: the job's nodes whose ClientMount still shows a mount ``mounted`` or has
+    an error (a ClientMount already gone, or every mount unmounted, holds nothing)."""
+    causes: dict[str, str] = {}
+    for obj in clientmounts:
+        if not isinstance(obj, Mapping):
+            continue
+        spec = untrusted.mapping(obj.get("spec"))
+        status = untrusted.mapping(obj.get("status"))
+        node = _text(spec.get("node"))
+        if node is None or node not in hosts:
+            continue
+        error = status.get("error")
+        mounted = [
+            m
+            for m in untrusted.sequence(status.get("mounts"))
+            if untrusted.mapping(m).get("state") == "mounted"
+        ]
+        if error or mounted:
+            detail = error.get("userMessage") if isinstance(error, Mapping) else error
+            causes[node] = f"{UNMOUNT_FAILED}: {_text(detail, 200) or 'still mounted'}"
+    return Failures("Teardown", tuple(causes), causes)
+
+
+#: nnf-sos's fatal error once it unmounted a job whose computes were fenced (STONITH):
+#: ``WithUserMessage("Workflow failed: compute nodes %v were fenced during the job", ...)``
+#: in internal/controller/nnf_access_controller.go (``detectFencedComputes``); Go's ``%v``
+#: of a []string is ``[a b c]``.
+_FENCED_RE = re.compile(r"compute nodes \[([^\]]*)\] were fenced during the job")
+
+
+def fenced_nodes(message: str | None, hosts: Sequence[str]) -> tuple[str, ...]:
+    """The job's nodes a workflow message says were fenced (none when it says nothing)."""
+    found = _FENCED_RE.search(message) if isinstance(message, str) else None
+    if found is None:
+        return ()
+    named = set(found.group(1).split())
+    return tuple(h for h in hosts if h in named)
 
 
 def hostlist(hosts: Iterable[str]) -> str:

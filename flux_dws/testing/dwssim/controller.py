@@ -755,6 +755,9 @@ class DwsSim:
         return dm.verdict(objects, state)
 
     def _postrun(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command in ("jobdw", "persistentdw"):
+            _, fenced = self._unmount(wf)
+            return flt.fence_failure(fenced) if fenced else Complete()
         if d.command != "container":
             return Complete()
         settings = self._profile(wf, d)
@@ -771,6 +774,10 @@ class DwsSim:
         return verdict
 
     def _teardown(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command in ("jobdw", "persistentdw"):
+            stuck, _ = self._unmount(wf)
+            if stuck:
+                return flt.unmount_failure(stuck)
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
         self.capacity.release(wf["metadata"].get("uid", ""))
@@ -790,6 +797,44 @@ class DwsSim:
         for host in hosts:
             self._ensure("clientmounts", flt.clientmount(wf, d.index, host, path, host in broken))
         return [h for h in hosts if h in broken]
+
+    def _unmount(self, wf: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """nnf-sos unmounts the workflow's ClientMounts (PostRun; Teardown again): the
+        computes whose unmount hangs (``Faults.unmount``), and those fenced.  Computes
+        Disabled in SystemStatus, or Offline or Fenced in their rabbit's Storage, are
+        skipped, never tried (``checkOfflineOrFencedCompute``)."""
+        meta = wf["metadata"]
+        selector = (
+            f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
+            f"{cmp.WORKFLOW_NAMESPACE_LABEL}={meta['namespace']}"
+        )
+        items, _ = self._store.list("clientmounts", None, selector, shared=True)
+        status = self._get("systemstatuses", "default", "default") or {}
+        disabled = {
+            n for n, s in ((status.get("data") or {}).get("nodes") or {}).items() if s == "Disabled"
+        }
+        storages, _ = self._store.list("storages", cmp.STORAGE_NAMESPACE, shared=True)
+        links = flt.link_states(storages)
+        hung = self.faults.stuck()
+        stuck, fenced = [], []
+        for item in items:
+            node = (item.get("spec") or {}).get("node", "")
+            if links.get(node) == "Fenced":
+                fenced.append(node)
+            if node in disabled or links.get(node) in ("Offline", "Fenced"):
+                continue
+            if node in hung:
+                stuck.append(node)
+            new = flt.unmounted(item, node in hung)
+            if new != item:
+                where = item["metadata"]
+                try:
+                    self._store.replace("clientmounts", where["namespace"], where["name"], new)
+                    self._count("clientmounts")
+                except ApiError as exc:
+                    if exc.code not in (404, 409):
+                        raise
+        return sorted(stuck), sorted(fenced)
 
     def _delete_labelled(
         self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
