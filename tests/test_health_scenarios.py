@@ -26,6 +26,7 @@ CONFIG = {
     "heartbeat": "2s",
     "health-interval": "0.2s",
     "failure-tolerance-max": 2,
+    "drain-compute-nodes": True,  # not the default: the drains are what is tested here
 }
 OFFLINE = "dws: rabbit rabbit-0 is Offline"
 WAIT = 60.0

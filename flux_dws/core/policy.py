@@ -99,7 +99,9 @@ class Policy:
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
     # rabbit and node health (flux_dws.core.health, doc/guide/admin.rst):
-    drain_compute_nodes: bool = True  # drain nodes whose rabbit or rabbit link is down
+    # drain nodes whose rabbit or rabbit link is down: off, as Fluxion rejects any queued job
+    # larger than the nodes left up (the down rabbit's pool is marked down instead)
+    drain_compute_nodes: bool = False
     drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
     health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
     capacity_drift: int = 64 * 2**30  # bytes a rabbit may miss before its pool is held down
