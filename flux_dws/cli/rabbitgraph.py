@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from flux_dws.base import untrusted
+from flux_dws.base.errors import PolicyError
 from flux_dws.cli.sources import SourceError
+from flux_dws.core.policy import load_config
 from flux_dws.core.rabbits import (
     DEFAULT_CHUNKS,
     RABBIT_TYPE,
     Rabbit,
     RabbitError,
+    excluded_hosts,
     rabbit_inventory,
     resource_graph,
 )
@@ -55,6 +60,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_CHUNKS,
         metavar="N",
         help=f"parts each rabbit's SSD pool is split into (default {DEFAULT_CHUNKS})",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the instance's config file or directory, for [resource] exclude "
+        "(default: /etc/flux/system/conf.d when it exists)",
+    )
+    parser.add_argument(
+        "--exclude",
+        metavar="TARGETS",
+        help="ranks (idset) or hosts (hostlist) to leave out of the graph, as [resource] "
+        "exclude; overrides the config's",
     )
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write R here (default: standard output)"
@@ -107,6 +124,27 @@ def live_objects(
         kube.close()
 
 
+#: Where a system instance keeps its config (flux-core's default for the system instance).
+SYSTEM_CONFIG = "/etc/flux/system/conf.d"
+
+
+def _exclude(args: argparse.Namespace) -> str | None:
+    """``--exclude``, else ``[resource] exclude`` of the instance's config (never FLUX_URI:
+    rabbit-graph runs before the instance it makes R for)."""
+    if args.exclude is not None:
+        return args.exclude
+    path = args.config or (SYSTEM_CONFIG if os.path.isdir(SYSTEM_CONFIG) else None)
+    if path is None:
+        return None
+    try:
+        value = untrusted.mapping(load_config(path).get("resource")).get("exclude")
+    except PolicyError as exc:
+        raise SourceError(str(exc)) from None
+    if value is not None and not isinstance(value, str):
+        raise SourceError(f"{path}: resource.exclude is not a string")
+    return value
+
+
 def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
     """One line for the admin: what went into the graph."""
     vertices = graph["scheduling"]["graph"]["nodes"]
@@ -126,7 +164,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int
     else:
         config, storages, servers = live_objects(args.kubeconfig)
     rabbits = rabbit_inventory(config, storages, servers)
-    graph = resource_graph(R, rabbits, cluster=args.cluster, chunks=args.chunks)
+    left_out = excluded_hosts(R, _exclude(args))
+    graph = resource_graph(R, rabbits, cluster=args.cluster, chunks=args.chunks, exclude=left_out)
     text = json.dumps(graph, sort_keys=True, separators=(",", ":")) + "\n"
     if args.output:
         try:

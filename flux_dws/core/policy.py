@@ -386,7 +386,13 @@ def policy_from_table(table: Mapping[str, Any] | None) -> Policy:
 
 
 def load_policy(path: str) -> Policy:
-    """The Policy from a config file, or from a directory read as Flux reads its config dir.
+    """The Policy from a config file, or from a directory read as Flux reads its config dir
+    (:func:`load_config`)."""
+    return policy_from_table(load_config(path).get(TABLE))
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The whole instance config from a file or a directory, as flux-core reads it.
 
     Like flux-core: a directory means its ``*.toml`` glob (sorted, no hidden files), merged
     table by table (a later file's value wins); a single file may be TOML or, by extension, JSON.
@@ -401,7 +407,7 @@ def load_policy(path: str) -> Policy:
             config = _read_file(path)
     except OSError as exc:
         raise PolicyError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    return policy_from_table(config.get(TABLE))
+    return config
 
 
 def _read_file(path: str) -> dict[str, Any]:

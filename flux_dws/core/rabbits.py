@@ -299,22 +299,42 @@ def _chunks(gib: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+def excluded_hosts(R: Mapping[str, Any], exclude: str | None) -> frozenset[str]:
+    """The hosts of R that flux-core's ``[resource] exclude`` names: an idset of ranks
+    ("0-1") or a hostlist ("compute[01-02]"), as flux-core takes it."""
+    if not exclude:
+        return frozenset()
+    nodes = _nodes_of(R)
+    try:
+        if exclude.replace(",", "").replace("-", "").isdigit():
+            ranks = set(expand_idset(exclude))
+            return frozenset(n.host for n in nodes if n.rank in ranks)
+        return frozenset(expand_hostlist(exclude))
+    except HostlistError as exc:
+        raise RabbitError(f"resource.exclude {exclude!r} cannot be read: {exc}") from None
+
+
 def resource_graph(
     R: Mapping[str, Any],
     rabbits: Mapping[str, Rabbit],
     cluster: str = "cluster0",
     chunks: int = DEFAULT_CHUNKS,
+    exclude: Iterable[str] = (),
 ) -> dict[str, Any]:
     """A copy of ``R`` whose ``scheduling`` key holds the rabbit-aware JGF.
 
     Each rabbit serving at least one node of R becomes a ``chassis`` vertex holding those nodes
     and its SSD pool: ``chunks`` ``ssd`` vertices (at least one per node it holds) whose GiB add
     up to its capacity, down unless the rabbit is usable.  Nodes that no rabbit serves stay
-    directly under the cluster.  Properties (and so queues) are kept.
+    directly under the cluster.  Properties (and so queues) are kept.  Hosts in ``exclude``
+    (flux-core's ``[resource] exclude``) are left out of the graph: flux-core takes them out of
+    the R it gives the scheduler, and Fluxion, which schedules from the graph, must not see
+    them either; a rabbit left with none of R's nodes gets no vertex.
     """
     if chunks < 1:
         raise RabbitError(f"chunks must be at least 1, not {chunks}")
-    nodes = _nodes_of(R)
+    left_out = set(exclude)
+    nodes = [n for n in _nodes_of(R) if n.host not in left_out]
     served: dict[str, str] = {}
     for rabbit in sorted(rabbits.values(), key=lambda r: r.name):
         for host in rabbit.computes:
@@ -349,9 +369,21 @@ def resource_graph(
 # ---- reading an allocation -------------------------------------------------------------------
 
 
-def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str, Any]] | None:
-    """(type, name, containment path, size) of each vertex of R's scheduling JGF that has a
-    path; None when R carries no vertex list.  R is untrusted: anything else is skipped."""
+@dataclass(frozen=True)
+class _Vertex:
+    type: Any
+    name: str  # metadata.name, else the last part of its path
+    path: str
+    size: int  # metadata.size (Fluxion leaves it out when it is 1)
+    exclusive: bool
+
+
+def _jgf_vertices(R: Any) -> list[_Vertex] | None:
+    """Each vertex of R's scheduling JGF that has a containment path; None when R carries no
+    vertex list.  Fluxion's JGF writer leaves out ``name`` when it is basename + id, and
+    ``size`` when it is 1 (resource/writers/match_writers.cpp, ``emit_vtx_base``), so the
+    path's last part names a vertex and 1 is its size then.  R is untrusted: anything else
+    is skipped."""
     scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
     graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
     vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
@@ -363,36 +395,70 @@ def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str, Any]] | None:
         paths = meta.get("paths") if isinstance(meta, Mapping) else None
         path = paths.get("containment") if isinstance(paths, Mapping) else None
         if isinstance(path, str):
-            found.append((meta.get("type"), meta.get("name"), path, meta.get("size")))
+            name = meta.get("name")
+            name = name if isinstance(name, str) and name else posixpath.basename(path)
+            size = meta.get("size", 1)
+            found.append(
+                _Vertex(
+                    meta.get("type"),
+                    name,
+                    path,
+                    untrusted.integer(size, 0) or 0,
+                    meta.get("exclusive") is True,
+                )
+            )
     return found
 
 
-def allocated_rabbits(R: Mapping[str, Any] | None) -> dict[str, list[str]] | None:
+def _hosts_of(R: Any) -> list[str]:
+    execution = untrusted.mapping(untrusted.mapping(R).get("execution"))
+    try:
+        return [
+            h for e in untrusted.sequence(execution.get("nodelist")) for h in expand_hostlist(e)
+        ]
+    except (HostlistError, TypeError):
+        return []
+
+
+def allocated_rabbits(
+    R: Mapping[str, Any] | None, served: Mapping[str, str] | None = None
+) -> dict[str, list[str]] | None:
     """Rabbit -> the job's hosts under it, from the JGF Fluxion wrote into the job's R.
 
     A rabbit is the parent of an ``ssd`` vertex; a node under the same parent is served by it.
     None when R carries no ssd at all (not scheduled with rabbits).  Paths, not edges, are
     read, so a writer that leaves out the ancestors' vertices still gives the answer.
+
+    Fluxion's ``rv1_shorthand`` (writer ``fluxion:jgf_shorthand``) leaves out every vertex
+    under one allocated exclusively: a job given a whole rabbit shows its chassis alone.
+    Such a rabbit's hosts are R's own (``execution.nodelist``) that ``served`` (host ->
+    rabbit, from the SystemConfiguration) gives it.
     """
     vertices = _jgf_vertices(R) or []
-    ssd_parents = {posixpath.dirname(p) for kind, _, p, _ in vertices if kind == SSD_TYPE}
-    if not ssd_parents:
+    ssd_parents = {posixpath.dirname(v.path) for v in vertices if v.type == SSD_TYPE}
+    whole = sorted({v.name for v in vertices if v.type == RABBIT_TYPE and v.exclusive})
+    if not ssd_parents and not whole:
         return None
     found: dict[str, list[str]] = {}
-    for kind, name, path, _ in vertices:
-        parent = posixpath.dirname(path)
-        if kind == "node" and isinstance(name, str) and parent in ssd_parents:
-            found.setdefault(posixpath.basename(parent), []).append(name)
+    for v in vertices:
+        parent = posixpath.dirname(v.path)
+        if v.type == "node" and parent in ssd_parents:
+            found.setdefault(posixpath.basename(parent), []).append(v.name)
+    for rabbit in whole:
+        if rabbit not in found:
+            hosts = [h for h in _hosts_of(R) if (served or {}).get(h) == rabbit]
+            found[rabbit] = hosts
     return found
 
 
 def ssd_parts(R: Any) -> dict[str, tuple[tuple[str, int], ...]]:
     """Rabbit -> (containment path, GiB) of each of its ssd vertices, by path."""
     found: dict[str, list[tuple[str, int]]] = {}
-    for kind, _, path, size in _jgf_vertices(R) or []:
-        if kind == SSD_TYPE:
-            gib = untrusted.integer(size, 0) or 0
-            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append((path, gib))
+    for v in _jgf_vertices(R) or []:
+        if v.type == SSD_TYPE:
+            found.setdefault(posixpath.basename(posixpath.dirname(v.path)), []).append(
+                (v.path, v.size)
+            )
     return {rabbit: tuple(sorted(parts)) for rabbit, parts in found.items()}
 
 
@@ -422,6 +488,7 @@ __all__ = [
     "RabbitError",
     "allocated_rabbits",
     "device_capacity",
+    "excluded_hosts",
     "outside_allocations",
     "parts_to_hold",
     "rabbit_inventory",
