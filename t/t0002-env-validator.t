@@ -132,7 +132,7 @@ test_expect_success 'a #DW job without the event fails with one line; no task st
     test_must_be_empty noevent.out &&
     grep "ERROR: dws-env: #DW job has no dws-environment event: its tasks do not start" \
         noevent.err &&
-    test $(grep -c dws-env noevent.err) -eq 1
+    test $(grep -c "ERROR: dws-env:" noevent.err) -eq 1
 '
 
 # A job held by the dws plugin whose PreRun deadline passed without the event: the shell
