@@ -125,3 +125,28 @@ def test_a_leak_is_alarmed_within_a_pass_and_kept_from_fluxion(stack):
     stack.sim.unleak()
     wait_for(lambda: not stack.service.health.drifts, "the drift cleared", WAIT)
     wait_for(lambda: nodes.held.get("rabbit-0") == 0, "its pool given back", WAIT)
+
+
+def test_simulator_command_line_sets_capacities_status_and_faults(tmp_path):
+    from flux_dws.testing.dwssim.__main__ import build, parse_args
+    from flux_dws.testing.kubeapi.server import KubeApi
+
+    argv = ["--computes", "4", "--per-rabbit", "2", "--capacity", "2TiB"]
+    argv += ["--capacity", "rabbit-1=500GiB", "--rabbit-status", "rabbit-1=Offline"]
+    argv += ["--fail-mount", "compute-02", "--fail-unmount", "compute-03"]
+    store, sim = build(parse_args(argv), {})
+    r0 = store.get("storages", "default", "rabbit-0")
+    r1 = store.get("storages", "default", "rabbit-1")
+    assert sum(d["capacity"] for d in r0["status"]["devices"]) == 2 * 2**40
+    assert r1["status"]["capacity"] == 500 * GIB and r1["status"]["status"] == "Offline"
+    assert sim.faults.mount == {"compute-02"} and sim.faults.unmount == {"compute-03"}
+    with pytest.raises(ValueError, match="no such rabbit: rabbit-9"):
+        build(parse_args(["--computes", "2", "--capacity", "rabbit-9=1TiB"]), {})
+    with pytest.raises(SystemExit):
+        parse_args(["--rabbit-status", "rabbit-0=Sleepy"])
+    # the kubeconfig it writes is the instance owner's alone
+    path = tmp_path / "kubeconfig"
+    path.write_text("old")
+    path.chmod(0o644)
+    KubeApi(store).write_kubeconfig(str(path))
+    assert path.stat().st_mode & 0o777 == 0o600
