@@ -150,3 +150,25 @@ def test_simulator_command_line_sets_capacities_status_and_faults(tmp_path):
     path.chmod(0o644)
     KubeApi(store).write_kubeconfig(str(path))
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_flux_dws_status_shows_down_rabbits_drift_and_drained_nodes():
+    from flux_dws.cli.health import build_health, render_health
+
+    report = {
+        "started": 1.0,
+        "ready": True,
+        "rabbits": {
+            "down": {"rabbit-1": "Offline"},
+            "drift": {"rabbit-0": {"total": 100 * GIB, "expected": 90 * GIB, "free": 50 * GIB}},
+            "drained": {"compute-01": "bad DIMM", "compute-02": "bad DIMM", "x": 5},
+        },
+    }
+    answer = {"jobs": [], "service": {"active": {"pid": 1, "report": report}}}
+    lines = render_health(build_health(answer, 10.0), 10.0, str)
+    text = "\n".join(lines)
+    assert "rabbit-1 DOWN (Offline)" in text
+    assert "rabbit-0 CAPACITY DRIFT: 40.0 GiB less free" in text
+    assert any("compute-01,compute-02" in line and "bad DIMM" in line for line in lines)
+    junk = {"jobs": [], "service": {"active": {"report": {"rabbits": {"drift": {"r": 5}}}}}}
+    assert "CAPACITY" not in "\n".join(render_health(build_health(junk, 1.0), 1.0, str))
