@@ -236,6 +236,8 @@ def test_an_offline_broker_is_disabled_for_dws(stack):
 
 def test_a_disabled_compute_is_not_unmounted_and_fails_nothing(stack):
     """nnf-sos skips a Disabled compute's unmount: a stuck mount there does not fail Teardown."""
+    if stack.backend != "fake":
+        pytest.skip("fakeflux can take a broker offline; a real one would have to die")
     stack.flux.drains.offline.add("compute-04")
     stack.sim.faults.fail_unmount("compute-04")
     try:

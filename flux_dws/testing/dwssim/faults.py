@@ -149,13 +149,16 @@ def failed_servers_status(status: Mapping[str, Any], failed: Iterable[str]) -> d
     return {**status, "ready": False, "allocationSets": sets, "error": error}
 
 
+def _fatal(user_message: str, debug: str) -> Fail:
+    return ResourceError(user_message, debug, severity=FATAL).fail()
+
+
 def setup_failure(failed: Sequence[str]) -> Fail:
     names = ", ".join(sorted(failed))
-    return ResourceError(
+    return _fatal(
         f"could not create file system on rabbit(s) {names}",
         f"storage allocation failed on {names}",
-        severity=FATAL,
-    ).fail()
+    )
 
 
 # ---- PreRun: ClientMounts ------------------------------------------------------------------
@@ -190,11 +193,9 @@ def clientmount(
 
 def mount_failure(failed: Sequence[str]) -> Fail:
     names = ", ".join(sorted(failed))
-    return ResourceError(
-        f"could not mount file system on compute node(s) {names}",
-        f"ClientMount error on {names}",
-        severity=FATAL,
-    ).fail()
+    return _fatal(
+        f"could not mount file system on compute node(s) {names}", f"ClientMount error on {names}"
+    )
 
 
 # ---- PostRun and Teardown: unmounting ------------------------------------------------------
@@ -222,22 +223,20 @@ def unmounted(clientmount: Mapping[str, Any], stuck: bool) -> dict[str, Any]:
 
 def unmount_failure(stuck: Sequence[str]) -> Fail:
     names = ", ".join(sorted(stuck))
-    return ResourceError(
+    return _fatal(
         f"could not unmount file system on compute node(s) {names}",
         f"ClientMount unmount error on {names}",
-        severity=FATAL,
-    ).fail()
+    )
 
 
 def fence_failure(fenced: Sequence[str]) -> Fail:
     """nnf-sos's ``detectFencedComputes`` error once a job's computes were fenced (Go's
     ``%v`` of a []string: ``[a b]``)."""
     names = " ".join(sorted(fenced))
-    return ResourceError(
+    return _fatal(
         f"Workflow failed: compute nodes [{names}] were fenced during the job",
         f"compute nodes have been fenced: [{names}]",
-        severity=FATAL,
-    ).fail()
+    )
 
 
 def link_states(storages: Iterable[Mapping[str, Any]]) -> dict[str, str]:
