@@ -12,8 +12,6 @@ where flux-core or Fluxion (flux-sched) is not installed.
 
 from __future__ import annotations
 
-import io
-
 import pytest
 
 from flux_dws.core.rabbits import GIB, allocated_rabbits
@@ -28,8 +26,6 @@ if not fluxion_installed():
 
 from waiting import wait_for  # noqa: E402
 
-from flux_dws.cli import main as cli_main  # noqa: E402
-from flux_dws.cli.sources import StackSource  # noqa: E402
 from flux_dws.testing.stack import Stack  # noqa: E402
 
 RABBITS = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
@@ -64,12 +60,11 @@ def _passes(stack) -> int:
     return stack.api.request_counts().get(("list", "storages"), 0)
 
 
-def _health(stack) -> str:
-    """What `flux dws status` prints (no job ID)."""
-    out, err = io.StringIO(), io.StringIO()
-    code = cli_main(["status"], out=out, err=err, source_factory=lambda: StackSource(stack))
-    assert code == 0, err.getvalue()
-    return out.getvalue()
+def _down(stack) -> str:
+    """Fluxion's ssd vertices held down now, as JGF text."""
+    handle = stack.flux._handle
+    found = handle.rpc("sched-fluxion-resource.find", {"criteria": "status=down", "format": "jgf"})
+    return str(found.get())
 
 
 def test_a_rabbit_with_system_storage_gets_the_smaller_pool(stack):
@@ -84,7 +79,7 @@ def test_a_rabbit_with_system_storage_gets_the_smaller_pool(stack):
 
 def test_a_leak_is_kept_from_fluxion_and_no_job_fails_in_setup(stack):
     stack.sim.leak("rabbit-0", 50 * GIB)
-    wait_for(lambda: "CAPACITY DRIFT" in _health(stack), "the leak alarmed", WAIT)
+    wait_for(lambda: "/rabbit-0/ssd" in _down(stack), "the leaked capacity down in Fluxion", WAIT)
     job = stack.submit(xfs(70), nnodes=1)  # rabbit-1's pool is 60; rabbit-0 has 50 left
     stack.wait(job, state="SCHED", timeout=WAIT)
     seen = _passes(stack)
@@ -94,3 +89,4 @@ def test_a_leak_is_kept_from_fluxion_and_no_job_fails_in_setup(stack):
     info = stack.wait(job, timeout=WAIT)
     assert info.result == "COMPLETED", info.exception
     assert set(allocated_rabbits(stack.flux.job_R(job))) == {"rabbit-0"}
+    wait_for(lambda: "/rabbit-0/ssd" not in _down(stack), "its pool given back", WAIT)
