@@ -199,7 +199,7 @@ def test_failed_setup_of_one_rabbit_tolerated_for_its_two_nodes(stack):
 
 def test_failed_teardown_drains_only_the_node_still_mounted(stack):
     stack.sim.faults.fail_unmount("compute-02")
-    jobid = stack.submit(JOBDW, nnodes=2)
+    jobid = stack.submit(JOBDW, nnodes=4)  # every node: wherever Flux places it
     info = stack.wait(jobid, timeout=WAIT)
     (failed,) = info.events("dws-teardown-failed")
     hosts = failed["context"]["drained"]
