@@ -59,7 +59,10 @@ struct watcher {
 };
 
 /* A request that arrived while job state was being rebuilt: answered afterwards.
+ * At most MAX_QUEUED wait (the owner's service sends a handful); more get EAGAIN.
  */
+#define MAX_QUEUED 1024
+#define MAX_QUEUED_TEXT "1024"
 struct queued_msg {
     const flux_msg_t *msg;
     struct queued_msg *next;
@@ -133,6 +136,7 @@ struct plugin_ctx {
     int rebuilding;             // jobs whose eventlog is still being read
     struct queued_msg *queued;
     struct queued_msg **queued_tail;
+    int nqueued;                // requests in queued (at most MAX_QUEUED)
     struct pending_save *saves; // save requests waiting for their commit
     bool destroying;
 };

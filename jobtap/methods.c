@@ -282,6 +282,15 @@ static const struct {
     { "save", save_method },
 };
 
+/* Whether the request comes from the instance owner (every method is the owner's).
+ */
+static bool is_owner (const flux_msg_t *msg)
+{
+    struct flux_msg_cred cred;
+
+    return flux_msg_get_cred (msg, &cred) == 0 && (cred.rolemask & FLUX_ROLE_OWNER);
+}
+
 /* Answer one job-manager.dws.<method> request.
  */
 void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg)
@@ -292,7 +301,6 @@ void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg)
     json_t *payload = NULL;
     json_t *response = NULL;
     struct rpc_error err = { 0 };
-    struct flux_msg_cred cred;
     method_f fn = NULL;
 
     if (flux_request_decode (msg, &topic, &payload_str) < 0) {
@@ -300,6 +308,13 @@ void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg)
         goto error;
     }
     method = topic + strlen (ctx->prefix);
+    /* The role first: a guest's payload is never parsed (nor its method looked up). */
+    if (!is_owner (msg)) {
+        fail (&err, EPERM,
+              "job-manager.dws.%s: only the instance owner may use this method",
+              method);
+        goto error;
+    }
     if (!payload_str
         || !(payload = json_loads (payload_str, 0, NULL))
         || !json_is_object (payload)) {
@@ -312,12 +327,6 @@ void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg)
     }
     if (!fn) {
         fail (&err, ENOSYS, "job-manager.dws.%s: no such method", method);
-        goto error;
-    }
-    if (flux_msg_get_cred (msg, &cred) < 0 || !(cred.rolemask & FLUX_ROLE_OWNER)) {
-        fail (&err, EPERM,
-              "job-manager.dws.%s: only the instance owner may use this method",
-              method);
         goto error;
     }
     if (fn (ctx, msg, method, payload, &response, &err) < 0)
@@ -340,9 +349,21 @@ void request_cb (flux_t *h,
 {
     struct plugin_ctx *ctx = arg;
 
+    if (!is_owner (msg)) {  // refused at once, never queued: guests cannot fill the queue
+        dispatch (ctx, msg);
+        return;
+    }
     if (ctx->rebuilding > 0 || ctx->queued) {
-        struct queued_msg *q = calloc (1, sizeof (*q));
-        if (!q) {
+        struct queued_msg *q;
+        if (ctx->nqueued >= MAX_QUEUED) {
+            if (flux_respond_error (h, msg, EAGAIN,
+                                    "job-manager.dws: the plugin is rebuilding job state"
+                                    " and already holds " MAX_QUEUED_TEXT
+                                    " requests; try again") < 0)
+                flux_log_error (h, "dws: responding to a request");
+            return;
+        }
+        if (!(q = calloc (1, sizeof (*q)))) {
             if (flux_respond_error (h, msg, ENOMEM, NULL) < 0)
                 flux_log_error (h, "dws: responding to a request");
             return;
@@ -350,6 +371,7 @@ void request_cb (flux_t *h,
         q->msg = flux_msg_incref (msg);
         *ctx->queued_tail = q;
         ctx->queued_tail = &q->next;
+        ctx->nqueued++;
         if (ctx->rebuilding == 0)
             schedule_soon (ctx);
         return;

@@ -133,6 +133,7 @@ void soon_cb (flux_reactor_t *r, flux_watcher_t *w, int revents, void *arg)
         ctx->queued = q->next;
         if (!ctx->queued)
             ctx->queued_tail = &ctx->queued;
+        ctx->nqueued--;
         dispatch (ctx, q->msg);
         flux_msg_decref (q->msg);
         free (q);

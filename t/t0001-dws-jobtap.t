@@ -233,6 +233,15 @@ test_expect_success 'a guest gets EPERM from every method' '
     FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 dws_expect guest.tsv
 '
 
+test_expect_success 'a guest is refused before its payload is read or its method looked up' '
+    only="only the instance owner may use this method" &&
+    cat >guest-first.tsv <<-EOF &&
+	list	[]	EPERM: job-manager.dws.list: $only
+	nosuch	{}	EPERM: job-manager.dws.nosuch: $only
+	EOF
+    FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 dws_expect guest-first.tsv
+'
+
 test_expect_success 'a guest gets EPERM from watch; nothing happened to the job' '
     FLUX_HANDLE_ROLEMASK=0x2 FLUX_HANDLE_USERID=4242 \
         flux python "$DWS_HELPER" watch - --service --once >guest-watch.out &&

@@ -8,9 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from flux_dws.testing import reaper
 from flux_dws.testing.kubeapi import KubeApi
+
+# --------------------------------------------------------------------------- hypothesis
+# Properties that set no max_examples of their own run the profile's number: the default
+# profile (Hypothesis's 100) keeps the suite quick; HYPOTHESIS_PROFILE=thorough runs 1,000 each
+# (tests/test_site_properties.py says how).
+settings.register_profile("thorough", max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # --------------------------------------------------------------------------- processes
 # Every process this run starts carries its token (flux_dws.testing.reaper): after each module

@@ -553,6 +553,23 @@ def test_non_owner_gets_eperm(ff: FakeFlux, method: str, payload: dict[str, Any]
     assert ff.info(jobid).event_names() == ["submit", "validate", "dependency-add", "dws-waiting"]
 
 
+def test_a_guest_is_refused_before_its_payload_is_read(ff: FakeFlux) -> None:
+    """As in the C plugin: the role first, so a guest's payload that jansson would refuse, or
+    a method that does not exist, still gets EPERM (nothing of it was parsed)."""
+    stranger = Client(ff, userid=ff.owner_uid + 1)
+    try:
+        assert stranger.fails("post", {"id": 1, "name": "x\0"}).errnum == errno.EPERM
+        assert stranger.fails("nosuch", {}).errnum == errno.EPERM
+    finally:
+        stranger.close()
+
+
+def test_fakeflux_refuses_integers_jansson_cannot_hold(service: Client) -> None:
+    """flux-core's json_loads refuses an integer outside int64 ("too big integer"): EPROTO."""
+    assert service.fails("release", {"id": 1, "update": {"n": 2**63}}).errnum == errno.EPROTO
+    assert service.fails("release", {"id": 1, "update": {"n": -(2**63) - 1}}).errnum == errno.EPROTO
+
+
 def test_watch_needs_a_streaming_request(service: Client) -> None:
     assert service.fails("watch", {"service": True}).errnum == errno.EPROTO
 

@@ -11,13 +11,27 @@ from hypothesis import strategies as st
 
 from flux_dws.core import health
 from flux_dws.core.health import Failures, Rabbit, plan_drains, rabbit_from_storage
-from flux_dws.flux.resource import decode_idset, parse_resource_status
+from flux_dws.flux.resource import NodeStatus, parse_resource_status
 from flux_dws.testing.dwssim.companions import storage_resource
 from flux_dws.testing.dwssim.faults import clientmount, storage_status_update
 from flux_dws.testing.fakeflux.nodes import DrainError, DrainSet
 
 SERVED = {"c1": "r0", "c2": "r0", "c3": "r1", "c4": "r1"}
 HOSTS = ("c1", "c2", "c3", "c4")
+RANKS = dict(enumerate(HOSTS))  # rank -> host: one rank per host
+
+
+def by_rank(drained: dict) -> dict:
+    """host -> reason as rank -> reason (one rank per host)."""
+    return {HOSTS.index(h): r for h, r in drained.items()}
+
+
+def by_host(drained) -> dict:
+    return {HOSTS[r]: why for r, why in dict(drained).items()}
+
+
+def plan(seen, drained: dict, hosts=RANKS, **kw):
+    return plan_drains(seen, SERVED, hosts, by_rank(drained), **kw)
 
 
 def storage(rabbit: str, status: str = "Ready", **kw) -> dict:
@@ -71,52 +85,73 @@ def test_any_json_never_raises(obj):
 
 
 def test_offline_rabbit_drains_exactly_its_nodes():
-    plan = plan_drains(rabbits(storage("r0", "Offline"), storage("r1")), SERVED, HOSTS, {})
-    assert dict(plan.drain) == {
+    p = plan(rabbits(storage("r0", "Offline"), storage("r1")), {})
+    assert by_host(p.drain) == {
         "c1": "dws: rabbit r0 is Offline",
         "c2": "dws: rabbit r0 is Offline",
     }
-    assert plan.undrain == ()
-    assert dict(plan.down_rabbits) == {"r0": "Offline"}
+    assert p.undrain == ()
+    assert dict(p.down_rabbits) == {"r0": "Offline"}
 
 
 def test_admin_drain_is_never_touched_and_own_drains_are_undone():
     drained = {"c1": "memory errors", "c2": "dws: rabbit r0 is Offline", "c3": "dws: job 7: x"}
-    down = plan_drains(rabbits(storage("r0", "Offline"), storage("r1")), SERVED, HOSTS, drained)
+    down = plan(rabbits(storage("r0", "Offline"), storage("r1")), drained)
     assert down.empty  # c1 is the admin's, c2 already ours with this reason
-    up = plan_drains(rabbits(storage("r0"), storage("r1")), SERVED, HOSTS, drained)
-    assert up.undrain == ("c2",)  # not c1 (admin), not c3 (a job's failed node)
+    up = plan(rabbits(storage("r0"), storage("r1")), drained)
+    assert up.undrain == (1,)  # c2; not c1 (admin), not c3 (a job's failed node)
     assert dict(up.drain) == {}
+
+
+def test_ranks_that_share_a_hostname_keep_their_own_drains():
+    """Two ranks on host c1: an admin drained rank 0, flux-dws rank 1 for its rabbit.  Once
+    the rabbit is back only rank 1 is undrained (by rank), never the admin's rank 0."""
+    shared = {0: "c1", 1: "c1", 2: "c3"}
+    drained = {0: "memory errors", 1: "dws: rabbit r0 is Offline"}
+    up = plan_drains(rabbits(storage("r0"), storage("r1")), SERVED, shared, drained)
+    assert up.undrain == (1,) and dict(up.drain) == {}
+    down = plan_drains(rabbits(storage("r0", "Offline")), SERVED, shared, {0: "admin"})
+    assert dict(down.drain) == {1: "dws: rabbit r0 is Offline"}  # rank 0 is the admin's
+    # and fakeflux, as flux-core, undrains by rank: the admin's drain of rank 0 stays
+    d = DrainSet(("c1", "c1", "c3"), clock=lambda: 1.0)
+    d.drain("0", "memory errors")
+    d.drain("1", "dws: rabbit r0 is Offline")
+    d.undrain("1", mode="update")
+    assert {r: x.reason for r, x in d.info.items()} == {0: "memory errors"}
+    d.drain("c1", "both", mode="update")  # a hostname: every rank of that host
+    assert set(d.info) == {0, 1}
+    status = d.status()
+    assert status.hosts == ("c1", "c3") and status.drained_hosts() == {"c1": "memory errors"}
 
 
 def test_changed_reason_is_rewritten_only_on_our_drains():
     drained = {"c1": "dws: rabbit r0 is Offline", "c2": "admin"}
-    plan = plan_drains(rabbits(storage("r0", "Failed")), SERVED, HOSTS, drained)
-    assert dict(plan.drain) == {"c1": "dws: rabbit r0 is Failed"}
+    p = plan(rabbits(storage("r0", "Failed")), drained)
+    assert by_host(p.drain) == {"c1": "dws: rabbit r0 is Failed"}
 
 
 def test_drain_nodes_off_undoes_every_rabbit_drain():
     drained = {"c1": "dws: rabbit r0 is Offline", "c2": "admin"}
-    plan = plan_drains(rabbits(storage("r0", "Offline")), SERVED, HOSTS, drained, drain_nodes=False)
-    assert plan.drain == {} and plan.undrain == ("c1",)
-    assert dict(plan.down_rabbits) == {"r0": "Offline"}  # still marked down in Fluxion
+    p = plan(rabbits(storage("r0", "Offline")), drained, drain_nodes=False)
+    assert p.drain == {} and p.undrain == (0,)
+    assert dict(p.down_rabbits) == {"r0": "Offline"}  # still marked down in Fluxion
 
 
 def test_plan_is_stable_once_applied():
     """Level-triggered: applying a plan and planning again gives nothing to do (no flapping)."""
     seen = rabbits(storage("r0", "Degraded", links={"c2": "Offline"}), storage("r1", "Fenced"))
-    drained = {"c4": "admin"}
-    plan = plan_drains(seen, SERVED, HOSTS, drained)
-    after = {**drained, **plan.drain}
-    for host in plan.undrain:
-        after.pop(host)
-    assert plan_drains(seen, SERVED, HOSTS, after).empty
-    assert set(plan.drain) == {"c2", "c3"}
+    drained = by_rank({"c4": "admin"})
+    p = plan_drains(seen, SERVED, RANKS, drained)
+    after = {**drained, **p.drain}
+    for rank in p.undrain:
+        after.pop(rank)
+    assert plan_drains(seen, SERVED, RANKS, after).empty
+    assert set(by_host(p.drain)) == {"c2", "c3"}
 
 
 def test_hosts_outside_flux_are_never_drained():
-    plan = plan_drains(rabbits(storage("r0", "Offline")), SERVED, ("c1",), {})
-    assert set(plan.drain) == {"c1"}
+    p = plan_drains(rabbits(storage("r0", "Offline")), SERVED, {0: "c1"}, {})
+    assert dict(p.drain) == {0: "dws: rabbit r0 is Offline"}
 
 
 def test_a_storage_nnf_has_not_reported_keeps_its_pool_down_but_drains_nothing():
@@ -124,14 +159,14 @@ def test_a_storage_nnf_has_not_reported_keeps_its_pool_down_but_drains_nothing()
     bare = storage_resource("r0", ["c1", "c2"])
     del bare["status"]
     starting = storage("r1", "Starting", links={"c3": "Unknown", "c4": "Unknown"})
-    plan = plan_drains(rabbits(bare, starting), SERVED, HOSTS, {})
-    assert plan.drain == {}
-    assert set(plan.down_rabbits) == {"r0", "r1"}  # no new job gets their storage yet
+    p = plan(rabbits(bare, starting), {})
+    assert p.drain == {}
+    assert set(p.down_rabbits) == {"r0", "r1"}  # no new job gets their storage yet
     unknown = storage("r0", "Unknown")
-    assert plan_drains(rabbits(unknown), SERVED, HOSTS, {}).drain == {}
+    assert plan(rabbits(unknown), {}).drain == {}
     # an earlier rabbit drain of ours is undone while NNF has not told
     ours = {"c1": health.rabbit_reason("rabbit r0 is Offline")}
-    assert plan_drains(rabbits(bare), SERVED, HOSTS, ours).undrain == ("c1",)
+    assert plan(rabbits(bare), ours).undrain == (0,)
 
 
 def test_fenced_and_degraded_follow_dws():
@@ -142,15 +177,13 @@ def test_fenced_and_degraded_follow_dws():
     (r,) = rabbits(fenced)
     assert r.down and "reboot required" in r.down and "STONITH" in r.down
     plain = storage("r1", "Degraded")
-    plan = plan_drains(rabbits(fenced, plain), SERVED, HOSTS, {})
-    assert set(plan.drain) == {"c1", "c2"} and set(plan.down_rabbits) == {"r0"}
+    p = plan(rabbits(fenced, plain), {})
+    assert set(by_host(p.drain)) == {"c1", "c2"} and set(p.down_rabbits) == {"r0"}
     # a Fenced rabbit is down; a Fenced compute link drains that node alone
-    plan = plan_drains(rabbits(storage("r0", "Fenced")), SERVED, HOSTS, {})
-    assert set(plan.drain) == {"c1", "c2"}
+    p = plan(rabbits(storage("r0", "Fenced")), {})
+    assert set(by_host(p.drain)) == {"c1", "c2"}
     link = storage("r1", "Ready", links={"c4": "Fenced"})
-    assert plan_drains(rabbits(link), SERVED, HOSTS, {}).drain == {
-        "c4": "dws: rabbit r1 link to c4 is Fenced"
-    }
+    assert by_host(plan(rabbits(link), {}).drain) == {"c4": "dws: rabbit r1 link to c4 is Fenced"}
 
 
 def test_nnf_rabbit_reasons_are_in_our_drain_reasons():
@@ -159,12 +192,10 @@ def test_nnf_rabbit_reasons_are_in_our_drain_reasons():
     disabled["metadata"]["annotations"] = {"disable_reason": "replacing drive 3"}
     drained = storage("r1", "Drained")
     drained["metadata"]["annotations"] = {"drain_reason": "firmware\nupdate"}
-    plan = plan_drains(rabbits(disabled, drained), SERVED, HOSTS, {})
-    assert (
-        plan.drain["c1"] == "dws: rabbit r0 is Disabled by an admin (spec.state): replacing drive 3"
-    )
-    assert plan.drain["c3"].startswith("dws: rabbit r1 is Drained: firmware")
-    assert "\n" not in plan.drain["c3"]
+    shown = by_host(plan(rabbits(disabled, drained), {}).drain)
+    assert shown["c1"] == "dws: rabbit r0 is Disabled by an admin (spec.state): replacing drive 3"
+    assert shown["c3"].startswith("dws: rabbit r1 is Drained: firmware")
+    assert "\n" not in shown["c3"]
 
 
 # ---- SystemStatus --------------------------------------------------------------------------
@@ -269,14 +300,25 @@ def test_resource_status_maps_ranks_to_hosts():
         "offline": "2",
     }
     status = parse_resource_status(response, lambda lists: ["c1", "c2", "c3", "c4"])
-    assert dict(status.drained) == {
+    assert dict(status.drained) == {1: "dws: rabbit r0 is Offline", 3: "dws: rabbit r0 is Offline"}
+    assert status.drained_hosts() == {
         "c2": "dws: rabbit r0 is Offline",
         "c4": "dws: rabbit r0 is Offline",
     }
-    assert status.offline == {"c3"}
-    assert decode_idset("0-2,5") == [0, 1, 2, 5]
-    with pytest.raises(ValueError):
-        decode_idset("3-1")
+    assert status.offline == {2} and status.offline_hosts() == {"c3"}
+    for bad in ("3-1", "0-²", "0-99999999999"):  # ValueError (HostlistError), caught by status()
+        with pytest.raises(ValueError):
+            parse_resource_status({**response, "offline": bad}, lambda lists: list(HOSTS))
+
+
+def test_resource_status_with_ranks_sharing_a_hostname():
+    response = {
+        "R": {"execution": {"R_lite": [{"rank": "0-2"}], "nodelist": ["c1,c1,c3"]}},
+        "drain": {"0": {"reason": "admin"}, "1": {"reason": "dws: rabbit r0 is Offline"}},
+    }
+    status = parse_resource_status(response, lambda lists: ["c1", "c1", "c3"])
+    assert status == NodeStatus({0: "c1", 1: "c1", 2: "c3"}, {0: "admin", 1: status.drained[1]})
+    assert status.hosts_of([1]) == ["c1"] and status.hosts == ("c1", "c3")
 
 
 def test_drainset_follows_flux_core():
@@ -286,16 +328,17 @@ def test_drainset_follows_flux_core():
         d.drain("c1,c2", "again")
     assert caught.value.errno == errno.EEXIST
     d.drain("c1,c2", "update", mode="update")
-    assert d.info["c1"].reason == "admin" and d.info["c2"].reason == "update"
-    d.drain("c1", "forced", mode="overwrite")
-    assert d.info["c1"].reason == "forced"
+    assert d.info[0].reason == "admin" and d.info[1].reason == "update"
+    d.drain("0", "forced", mode="overwrite")  # an idset of ranks, as flux-core takes too
+    assert d.info[0].reason == "forced"
     with pytest.raises(DrainError) as caught:
         d.undrain("c3")
     assert caught.value.errno == errno.EINVAL
     d.undrain("c1,c3", mode="update")
-    assert set(d.info) == {"c2"}
-    with pytest.raises(DrainError):
-        d.drain("nosuch", "x")
+    assert set(d.info) == {1}
+    for bad in ("nosuch", "7", "0-²"):
+        with pytest.raises(DrainError):
+            d.drain(bad, "x")
 
 
 def test_ssd_parts_come_from_the_rabbit_graph():
@@ -335,3 +378,31 @@ def test_parts_to_hold_cover_the_missing_bytes_from_the_end():
     assert parts_to_hold(parts, 10 * GIB) == ("/c/r/ssd3",)
     assert parts_to_hold(parts, 10 * GIB + 1) == ("/c/r/ssd2", "/c/r/ssd3")
     assert len(parts_to_hold(parts, 1000 * GIB)) == 4
+
+
+@pytest.mark.realflux
+def test_on_real_flux_ranks_sharing_a_hostname_keep_their_own_drains():
+    """flux-core itself: ranks 0 and 1 both on host c1; the admin drained rank 0, flux-dws
+    rank 1 for rabbit r0.  r0 is back: the plan's undrain (an idset) frees rank 1 only."""
+    from flux_dws.testing.realflux import RealFlux, plain_R
+
+    hosts = ["c1", "c1", "c3"]
+    flux = RealFlux(hosts, {"instance": "shared"}, R=plain_R(hosts)).start()
+    try:
+        flux.drain("0", "memory errors")
+        flux.drain("1", "dws: rabbit r0 is Offline", "update")
+
+        def status() -> NodeStatus:
+            from flux.hostlist import Hostlist
+
+            response = flux._handle.rpc("resource.status", {}, nodeid=0).get()
+            return parse_resource_status(response, lambda lists: list(Hostlist(",".join(lists))))
+
+        before = status()
+        assert dict(before.ranks) == {0: "c1", 1: "c1", 2: "c3"}
+        p = plan_drains(rabbits(storage("r0"), storage("r1")), SERVED, before.ranks, before.drained)
+        assert p.undrain == (1,)
+        flux.undrain("1", "update")
+        assert dict(status().drained) == {0: "memory errors"}
+    finally:
+        flux.stop()

@@ -222,7 +222,7 @@ def test_failed_teardown_drains_only_the_node_still_mounted(stack):
 def test_an_offline_broker_is_disabled_for_dws(stack):
     if stack.backend != "fake":
         pytest.skip("fakeflux can take a broker offline; a real one would have to die")
-    stack.flux.drains.offline.add("compute-03")
+    stack.flux.drains.offline.add(2)  # compute-03's rank
     try:
         wait_for(
             lambda: _system_status(stack).get("compute-03") == "Disabled",
@@ -230,7 +230,7 @@ def test_an_offline_broker_is_disabled_for_dws(stack):
             WAIT,
         )
     finally:
-        stack.flux.drains.offline.discard("compute-03")
+        stack.flux.drains.offline.discard(2)
     wait_for(lambda: _system_status(stack).get("compute-03") == "Enabled", "Enabled again", WAIT)
 
 
@@ -238,7 +238,7 @@ def test_a_disabled_compute_is_not_unmounted_and_fails_nothing(stack):
     """nnf-sos skips a Disabled compute's unmount: a stuck mount there does not fail Teardown."""
     if stack.backend != "fake":
         pytest.skip("fakeflux can take a broker offline; a real one would have to die")
-    stack.flux.drains.offline.add("compute-04")
+    stack.flux.drains.offline.add(3)  # compute-04's rank
     stack.sim.faults.fail_unmount("compute-04")
     try:
         wait_for(lambda: _system_status(stack).get("compute-04") == "Disabled", "Disabled", WAIT)
@@ -247,7 +247,7 @@ def test_a_disabled_compute_is_not_unmounted_and_fails_nothing(stack):
         assert info.result == "COMPLETED", info.exception
         assert not info.events("dws-teardown-failed")
     finally:
-        stack.flux.drains.offline.discard("compute-04")
+        stack.flux.drains.offline.discard(3)
 
 
 def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):

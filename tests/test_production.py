@@ -96,6 +96,12 @@ def test_metrics_are_off_by_default_and_a_bare_port_is_loopback() -> None:
     assert policy_from_table({"metrics-address": "[::1]:9"}).metrics_address == ("::1", 9)
     with pytest.raises(PolicyError, match=r"\[dws\] metrics-address: invalid address 'x:y'"):
         policy_from_table({"metrics-address": "x:y"})
+    assert policy_from_table({"metrics-address": "host:0"}).metrics_address == ("host", 0)
+    # "²" is a digit to str.isdigit but not to int(): a PolicyError, not a plain ValueError;
+    # an IPv6 address without brackets is not host ":" port 1
+    for bad, why in (("²", "invalid address '²'"), ("h:²", "invalid"), ("::1", "in brackets")):
+        with pytest.raises(PolicyError, match=why):
+            policy_from_table({"metrics-address": bad})
 
 
 # ----------------------------------------------------------------------------- watchdog

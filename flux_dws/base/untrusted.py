@@ -7,9 +7,11 @@ parses every message with jansson, which refuses a NUL (``\\u0000``), a lone sur
 non-numbers NaN and Infinity: one such character anywhere in a request makes the jobtap plugin
 refuse the whole request (EPROTO).  So every reading of such data goes through this module:
 
-- :func:`text`: any value as one safe, printable line, cut to a limit (messages, names,
-  anything shown to a person or put in a Flux exception);
-- :func:`lines`: the same, but newlines (and tabs) kept (container output);
+- :func:`readable`: THE sanitiser for what people read: any value as one safe, printable
+  line cut to a limit (messages, names, drain reasons, events, exception notes, log lines,
+  everything the CLI prints), or with ``lines=True`` as several lines (newlines and tabs kept:
+  container output).  Every sink goes through it (tests/test_sinks.py holds the code to that);
+  :func:`text`, :func:`lines` and :func:`echo` are its short forms;
 - :func:`field`: a string field kept as it is (newlines, tabs and printable text), with only
   what jansson refuses replaced; "" when it is not a string;
 - :func:`mapping`, :func:`sequence`, :func:`integer`, :func:`name_of`: typed reads with a
@@ -92,17 +94,26 @@ def _render(value: Any, limit: int | None, keep: str) -> str:
     return _cut(shown, limit)
 
 
+def readable(value: Any, limit: int | None = TEXT_LIMIT, *, lines: bool = False) -> str:
+    """``value`` (of any type) made safe for a person to read, on a terminal or in a table.
+
+    Control characters (C0 and C1: ESC, so CSI and OSC sequences too; NUL; DEL), bidi overrides
+    and isolates (U+202A-202E, U+2066-2069), line and paragraph separators and every other
+    non-printable character are escaped (``\\n``, ``\\x00``, ``\\x1b``, ``\\u202e``); lone
+    surrogates and bad UTF-8 become U+FFFD; at most ``limit`` characters are kept (then the text
+    ends in ``...``; ``None``: no limit).  One line unless ``lines``, which keeps newlines and
+    tabs (container output)."""
+    return _render(value, limit, "\n\t" if lines else "")
+
+
 def text(value: Any, limit: int | None = TEXT_LIMIT) -> str:
-    """``value`` (of any type) as one printable line: control and other non-printable
-    characters escaped (``\\n``, ``\\x00``, ``\\x1b``), lone surrogates and bad UTF-8 as U+FFFD,
-    and at most ``limit`` characters (then ending in ``...``; ``None``: no limit)."""
-    return _render(value, limit, "")
+    """:func:`readable` as one line."""
+    return readable(value, limit)
 
 
 def lines(value: Any, limit: int | None = None) -> str:
-    """As :func:`text`, but newlines and tabs kept: text of several lines (container output)
-    that is safe to print on a terminal."""
-    return _render(value, limit, "\n\t")
+    """:func:`readable` with newlines and tabs kept (several lines: container output)."""
+    return readable(value, limit, lines=True)
 
 
 def field(value: Any, limit: int | None = None) -> str:
@@ -127,12 +138,14 @@ def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
     """Untrusted input quoted for an error message: a string escaped, cut and in quotes,
     anything else its repr, escaped and cut."""
     if isinstance(value, str):
-        return f"'{text(value, limit)}'"
+        return f"'{readable(value, limit)}'"
     try:
-        shown = repr(value)
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else ""
     except Exception:
         shown = f"<{type(value).__name__}>"
-    return text(shown, limit)
+    if not shown:  # a huge int: repr() would refuse (or take long); its size says enough
+        shown = f"<an integer of {value.bit_length()} bits>"
+    return readable(shown, limit)
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -172,8 +185,13 @@ def jansson_problem(value: Any, path: str = "") -> str | None:
     """Why jansson would refuse ``value`` once sent as JSON (None if it would not).
 
     The same rules as ``json_loads(text, 0, ...)`` in flux-core's job-manager: no NUL in any
-    string or key, no lone surrogate, no NaN or infinity.
+    string or key, no lone surrogate, no NaN or infinity, and no integer outside jansson's
+    ``json_int_t`` (int64: jansson reports "too big integer").
     """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            return f"{path or 'value'}: integer {echo(value, 40)} is out of int64 range"
+        return None
     if isinstance(value, str):
         for char in value:
             if char == "\x00":
@@ -198,20 +216,32 @@ def jansson_problem(value: Any, path: str = "") -> str | None:
     return None
 
 
-def json_safe(value: Any, *, one_line: bool = False) -> Any:
+def json_safe(value: Any, *, one_line: bool = False, record: bool = False) -> Any:
     """A copy of a JSON payload that jansson accepts: strings (and keys) through :func:`field`
-    (or :func:`text`, unbounded, with ``one_line``), non-finite floats as None."""
+    (or :func:`readable`, unbounded, with ``one_line``), non-finite floats as None.
+
+    With ``record`` (an event or a KVS record: what a person reads), strings go through
+    :func:`readable` (newlines kept unless ``one_line``) and an integer outside int64 becomes
+    None, so the record is kept with that figure unknown rather than lost to EPROTO.  Without
+    it such an integer is left for the caller's own checks (a request the plugin acts on must
+    not change meaning)."""
     if isinstance(value, str):
-        return text(value, None) if one_line else field(value)
+        if one_line or record:
+            return readable(value, None, lines=not one_line)
+        return field(value)
     if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if record and integer(value) is None and isinstance(value, int) and not isinstance(value, bool):
         return None
     if isinstance(value, Mapping):
         return {
-            json_safe(_as_str(k), one_line=one_line): json_safe(v, one_line=one_line)
+            json_safe(_as_str(k), one_line=one_line or record): json_safe(
+                v, one_line=one_line, record=record
+            )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [json_safe(v, one_line=one_line) for v in value]
+        return [json_safe(v, one_line=one_line, record=record) for v in value]
     return value
 
 
@@ -233,6 +263,7 @@ __all__ = [
     "lines",
     "mapping",
     "name_of",
+    "readable",
     "sequence",
     "text",
 ]

@@ -230,7 +230,9 @@ def summary(record: CopyRecord) -> str:
     if record.elapsed is not None:
         parts.append(f"in {record.elapsed:.1f}s")
     text = ", ".join(parts)
-    return f"{text}: {first_error(record.message)}" if record.failed and record.message else text
+    if record.failed and record.message:
+        text = f"{text}: {first_error(record.message)}"
+    return untrusted.readable(text)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -244,12 +246,14 @@ def _index(value: Any) -> int | None:
 
 def _bytes(data: str) -> int | None:
     match = _BYTES.search(data)
-    return int(match.group(1)) if match and len(match.group(1)) < 20 else None
+    return untrusted.count(int(match.group(1))) if match and len(match.group(1)) < 20 else None
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
+    """The total of the known figures; None when none is known or the total would not fit an
+    int64 (jansson's integer: Flux refuses the whole event otherwise)."""
     known = [v for v in values if v is not None]
-    return sum(known) if known else None
+    return untrusted.count(sum(known)) if known else None
 
 
 def _least(values: Iterable[int | None]) -> int | None:

@@ -184,10 +184,14 @@ def job_reason(jobid: int, why: str) -> str:
 
 @dataclass(frozen=True)
 class DrainPlan:
-    """What to change in Flux: drain each host with its reason; undrain the others."""
+    """What to change in Flux: drain each rank with its reason; undrain the others.
 
-    drain: Mapping[str, str] = field(default_factory=FrozenMap)
-    undrain: tuple[str, ...] = ()
+    Keyed by rank, not hostname: where ranks share a hostname (a test instance, several
+    brokers per node) a drain by hostname would take, and an undrain would undo, every rank of
+    that host, an admin's drain of another rank included."""
+
+    drain: Mapping[int, str] = field(default_factory=FrozenMap)
+    undrain: tuple[int, ...] = ()
     down_rabbits: Mapping[str, str] = field(default_factory=FrozenMap)  # rabbit -> why
 
     @property
@@ -220,30 +224,35 @@ def wanted_drains(
 def plan_drains(
     rabbits: Sequence[Rabbit],
     served: Mapping[str, str],
-    hosts: Iterable[str],
-    drained: Mapping[str, str],
+    hosts: Mapping[int, str],
+    drained: Mapping[int, str],
     *,
     drain_nodes: bool = True,
 ) -> DrainPlan:
-    """Compare the drains flux-dws wants with Flux's drained hosts (host -> reason).
+    """Compare the drains flux-dws wants with Flux's drained ranks (rank -> reason);
+    ``hosts`` names each rank's host (rank -> hostname; ranks may share one).
 
-    - A host drained by anyone else is left as it is (never overwritten, never undrained).
-    - A host flux-dws drained for a rabbit that is fine again is undrained; with
+    - A rank drained by anyone else is left as it is (never overwritten, never undrained).
+    - A rank flux-dws drained for a rabbit that is fine again is undrained; with
       ``drain_nodes`` off every such rabbit drain is undone.
-    - A host flux-dws drained for one rabbit problem that is now another gets the new reason.
+    - A rank flux-dws drained for one rabbit problem that is now another gets the new reason.
     - Job drains (``JOB_DRAIN``) are never undone here.
     """
-    wanted = wanted_drains(rabbits, served, hosts) if drain_nodes else {}
-    drain: dict[str, str] = {}
-    for host, reason in wanted.items():
-        current = drained.get(host)
+    by_host = wanted_drains(rabbits, served, hosts.values()) if drain_nodes else {}
+    wanted = {rank: by_host[host] for rank, host in hosts.items() if host in by_host}
+    drain: dict[int, str] = {}
+    for rank, reason in sorted(wanted.items()):
+        current = drained.get(rank)
         if current is None or (current.startswith(RABBIT_DRAIN) and current != reason):
-            drain[host] = reason
+            drain[rank] = reason
     undrain = tuple(
         sorted(
-            host
-            for host, reason in drained.items()
-            if isinstance(reason, str) and reason.startswith(RABBIT_DRAIN) and host not in wanted
+            rank
+            for rank, reason in drained.items()
+            if isinstance(reason, str)
+            and reason.startswith(RABBIT_DRAIN)
+            and rank not in wanted
+            and rank in hosts
         )
     )
     down = {r.name: r.down for r in rabbits if r.down}
@@ -414,7 +423,8 @@ def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failure
         )
         if error or not ok:
             detail = error.get("userMessage") if isinstance(error, Mapping) else error
-            causes[node] = f"mount failed: {_text(detail, 200) or 'not mounted'}"
+            shown = untrusted.readable(detail, 200) if isinstance(detail, str) else ""
+            causes[node] = f"mount failed: {shown or 'not mounted'}"  # a NUL is shown as \x00
     return Failures("PreRun", tuple(causes), causes)
 
 

@@ -19,6 +19,7 @@ wedged workflow is still noticed within the hour:
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from typing import Any
 from flux_dws.base.errors import DirectiveError, PolicyError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
+from flux_dws.base.untrusted import ECHO_LIMIT, echo, readable
 from flux_dws.core.directives import parse_directives, parse_size
 from flux_dws.core.identity import check_identity
 from flux_dws.core.jobspec import FS_TYPES, StorageLimit
@@ -138,7 +140,9 @@ class Policy:
 
 
 def _fail(key: str, problem: str) -> PolicyError:
-    return PolicyError(f"[{TABLE}] {key}: {problem}")
+    """The one-line error for ``key`` (a table's own keys, e.g. preset names, may hold
+    anything: shown readable and bounded)."""
+    return PolicyError(readable(f"[{TABLE}] {readable(key, ECHO_LIMIT)}: {problem}", 1024))
 
 
 def type_name(value: object) -> str:
@@ -156,7 +160,8 @@ def _check_keys(table: Mapping[Any, Any], known: tuple[str, ...], prefix: str = 
         if key not in known:
             hint = difflib.get_close_matches(str(key), known, n=1)
             advice = f"did you mean '{prefix}{hint[0]}'?" if hint else f"known: {', '.join(known)}"
-            raise PolicyError(f"[{TABLE}] unknown key '{prefix}{key}' ({advice})")
+            shown = readable(f"{prefix}{key}", ECHO_LIMIT)
+            raise PolicyError(readable(f"[{TABLE}] unknown key '{shown}' ({advice})", 1024))
 
 
 def _table(value: object, key: str) -> Mapping[Any, Any]:
@@ -209,18 +214,37 @@ def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -
     return value
 
 
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)  # not "²" or "５": str.isdigit takes those
+
+
 def _address(value: object, key: str) -> tuple[str, int]:
-    """``PORT`` (on the loopback address) or ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6)."""
+    """``PORT`` (on the loopback address), ``HOST:PORT``, or ``[v6addr]:PORT`` for IPv6.
+
+    An unbracketed IPv6 address (``::1``) is refused rather than read as host ``:`` port 1."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     text = _string(value, key)
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host = "127.0.0.1"
-    elif host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
-        raise _fail(key, f"invalid address {text!r}: must be PORT or HOST:PORT (port 0-65535)")
+    form = "must be PORT, HOST:PORT or [IPV6]:PORT (port 0-65535)"
+    if _PORT.fullmatch(text):
+        host, port = "127.0.0.1", text
+    elif text.startswith("["):
+        inside, sep, port = text[1:].partition("]:")
+        try:
+            host = str(ipaddress.IPv6Address(inside)) if sep else ""
+        except ValueError:
+            host = ""
+        if not host:
+            raise _fail(key, f"invalid address {echo(text)}: {form}")
+    else:
+        host, sep, port = text.partition(":")
+        if ":" in port:
+            raise _fail(
+                key, f"invalid address {echo(text)}: an IPv6 address goes in brackets, {form}"
+            )
+        if not sep or not host or any(c.isspace() or not c.isprintable() for c in host):
+            raise _fail(key, f"invalid address {echo(text)}: {form}")
+    if not _PORT.fullmatch(port) or int(port) > 65535:
+        raise _fail(key, f"invalid address {echo(text)}: {form}")
     return host, int(port)
 
 

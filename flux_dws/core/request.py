@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DirectiveError, RequestError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
@@ -138,7 +139,9 @@ def _tolerance(value: object, policy: Policy) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(f"{where} must be a whole number, not {type_name(value)} {value!r}")
+        raise RequestError(
+            f"{where} must be a whole number, not {type_name(value)} {untrusted.echo(value)}"
+        )
     if value < 0:
         raise RequestError(f"{where} must be 0 or more, not {value}")
     if value > policy.failure_tolerance_max:
@@ -160,7 +163,10 @@ def _directives(value: object, policy: Policy) -> tuple[tuple[Directive, ...], s
             preset = value.strip()
             if preset not in policy.presets:
                 known = ", ".join(sorted(policy.presets)) or "(this site defines none)"
-                raise RequestError(f"{where}: unknown preset {preset!r}; known: {known}")
+                known = untrusted.text(known, 400)  # the site's names: many may be defined
+                raise RequestError(
+                    f"{where}: unknown preset {untrusted.echo(preset)}; known: {known}"
+                )
             source: Any = policy.presets[preset]
         else:
             source = value
@@ -232,7 +238,10 @@ def _user_timeouts(value: object, policy: Policy) -> dict[str, float]:
     seconds: dict[str, float] = {}
     for key, raw in value.items():
         if key not in TIMEOUT_KEYS:
-            raise RequestError(f"{where}.{key}: unknown timeout; valid: {', '.join(TIMEOUT_KEYS)}")
+            raise RequestError(
+                f"{where}.{untrusted.text(key, untrusted.ECHO_LIMIT)}: unknown timeout; "
+                f"valid: {', '.join(TIMEOUT_KEYS)}"
+            )
         try:
             limit = parse_fsd(raw)
         except ValueError as exc:
@@ -241,7 +250,9 @@ def _user_timeouts(value: object, policy: Policy) -> dict[str, float]:
             raise RequestError(f'{where}.{key}: must be greater than 0 (use "inf" for no limit)')
         maximum = policy.timeout(key).maximum
         if limit > maximum:
-            shown = raw.strip() if isinstance(raw, str) else str(raw)
+            shown = untrusted.text(
+                raw.strip() if isinstance(raw, str) else raw, untrusted.ECHO_LIMIT
+            )
             raise RequestError(
                 f"{where}.{key}={shown} exceeds the site maximum of {format_fsd(maximum)}"
             )

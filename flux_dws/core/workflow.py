@@ -30,7 +30,8 @@ WORKFLOW_GROUP = "dataworkflowservices.github.io"
 WORKFLOW_KIND = "Workflow"
 
 _NO_NAME = "not a Workflow"
-_DIRECTIVE_PREFIX = re.compile(r"^\s*DW Directive (\d+):\s*")
+# DWS numbers directives from 0; a longer index is not one (int() of 5000 digits raises).
+_DIRECTIVE_PREFIX = re.compile(r"^\s*DW Directive ([0-9]{1,6}):\s*", re.ASCII)
 # DWS renders an error with no user text as "<Type> error: " (nnf-sos pod failures do this).
 _EMPTY_USER_TEXT = re.compile(r"^(User|WLM|Internal) error:\s*$", re.IGNORECASE)
 _TIMEOUT = re.compile(r"failed to (start|complete) after \d+ seconds")

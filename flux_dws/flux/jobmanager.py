@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from flux_dws.base.untrusted import json_safe, text
+from flux_dws.base.untrusted import json_safe, readable
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
 
 log = logging.getLogger("flux-dws.flux.jobmanager")
@@ -90,7 +90,7 @@ class JobManager:
     def raise_exception(
         self, jobid: int, type_: str, severity: int, note: str, on_done: Callback
     ) -> None:
-        note = text(note, NOTE_LIMIT)
+        note = readable(note, NOTE_LIMIT)
         payload = {"id": jobid, "type": type_, "severity": severity, "note": note}
         self._rpc("raise", payload, on_done)
 
@@ -100,10 +100,12 @@ class JobManager:
         self._rpc("heartbeat", {"report": dict(report)} if report else {}, on_done)
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
-        """Post a dws-* event; its strings come from DWS, so control characters are escaped."""
-        context = json_safe(dict(context), one_line=True)
+        """Post a dws-* event; its strings come from DWS, so control characters are escaped,
+        and a figure jansson cannot hold is posted as unknown (the event is not lost)."""
+        context = json_safe(dict(context), one_line=True, record=True)
         self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
 
     def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
         """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""
-        self._rpc("save", {"id": jobid, "key": key, "value": dict(value)}, on_done)
+        value = json_safe(dict(value), record=True)  # a figure jansson cannot hold: unknown
+        self._rpc("save", {"id": jobid, "key": key, "value": value}, on_done)

@@ -11,6 +11,9 @@ a rabbit's ssd vertices up or down; their paths come from the rabbit-aware JGF i
 ``resource.status`` leaves out of its R, so they are asked of Fluxion itself
 (``sched-fluxion-resource.find``, every vertex, as JGF) the first time they are needed.
 
+Drains are keyed by rank (NodeStatus), and drained and undrained by rank (an RFC 22 idset as
+targets), never by a hostname that several ranks may share.
+
 ``parse_resource_status`` is pure; ``FluxNodes`` is the thin adapter over a Flux handle and
 fakeflux has its own (flux_dws.testing.fakeflux.nodes) with the same semantics.
 """
@@ -23,7 +26,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
+from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
+from flux_dws.base.hostlist import expand_idset
 from flux_dws.core.rabbits import parts_to_hold, ssd_parts
 
 log = logging.getLogger("flux-dws")
@@ -34,17 +39,56 @@ Done = Callable[[Optional[str]], None]  # None, or a one-line error
 
 @dataclass(frozen=True)
 class NodeStatus:
-    """Flux's view of its nodes: every host, the drained ones with reasons, the offline ones,
-    and each rabbit's ssd vertex paths where R holds a rabbit-aware graph."""
+    """Flux's view of its nodes, by rank: each rank's hostname (ranks may share one), the
+    drained ranks with reasons, the offline ranks, and each rabbit's ssd vertex paths where R
+    holds a rabbit-aware graph.
 
-    hosts: tuple[str, ...] = ()
-    drained: Mapping[str, str] = field(default_factory=FrozenMap)
-    offline: frozenset[str] = frozenset()
+    Drains are kept by rank because flux-core keeps them so: where ranks share a hostname, a
+    reason read by hostname would mix an admin's drain of one rank with ours of another."""
+
+    ranks: Mapping[int, str] = field(default_factory=FrozenMap)  # rank -> hostname
+    drained: Mapping[int, str] = field(default_factory=FrozenMap)  # rank -> reason
+    offline: frozenset[int] = frozenset()
     ssd_parts: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "drained", FrozenMap(dict(self.drained)))
+        object.__setattr__(self, "ranks", FrozenMap(dict(sorted(self.ranks.items()))))
+        object.__setattr__(self, "drained", FrozenMap(dict(sorted(self.drained.items()))))
         object.__setattr__(self, "ssd_parts", FrozenMap(dict(self.ssd_parts)))
+
+    @classmethod
+    def of_hosts(
+        cls,
+        hosts: Sequence[str],
+        drained: Mapping[str, str] | None = None,
+        offline: Iterable[str] = (),
+    ) -> NodeStatus:
+        """One rank per host, in order (fakeflux's nodes): drained and offline by hostname."""
+        rank_of = {h: i for i, h in enumerate(hosts)}
+        return cls(
+            dict(enumerate(hosts)),
+            {rank_of[h]: r for h, r in (drained or {}).items() if h in rank_of},
+            frozenset(rank_of[h] for h in offline if h in rank_of),
+        )
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every hostname once, in rank order."""
+        return tuple(dict.fromkeys(self.ranks.values()))
+
+    def hosts_of(self, ranks: Iterable[int]) -> list[str]:
+        """The hostnames of ``ranks``, each once, in rank order."""
+        return list(dict.fromkeys(self.ranks[r] for r in sorted(set(ranks)) if r in self.ranks))
+
+    def drained_hosts(self) -> dict[str, str]:
+        """host -> reason of its lowest drained rank (for people and for SystemStatus)."""
+        shown: dict[str, str] = {}
+        for rank, reason in self.drained.items():
+            shown.setdefault(self.ranks.get(rank, str(rank)), reason)
+        return shown
+
+    def offline_hosts(self) -> set[str]:
+        return set(self.hosts_of(self.offline))
 
 
 class NodeControl(Protocol):
@@ -52,48 +96,37 @@ class NodeControl(Protocol):
 
     def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None: ...
 
-    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
-        """Drain ``hosts``; a host already drained keeps its reason unless ``replace``."""
+    def drain(self, targets: str, reason: str, on_done: Done, *, replace: bool) -> None:
+        """Drain ``targets`` (an idset of ranks, or a hostlist: every rank of those hosts);
+        a rank already drained keeps its reason unless ``replace``."""
 
-    def undrain(self, hosts: Sequence[str], on_done: Done) -> None: ...
+    def undrain(self, targets: str, on_done: Done) -> None:
+        """Undrain ``targets`` (an idset of ranks: only those)."""
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
         """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent);
         up but ``hold`` bytes kept down (the parts that cover them: capacity drift)."""
 
 
-def decode_idset(text: str) -> list[int]:
-    """An RFC 22 idset ("0-3,7") -> its ids; ValueError when it is not one."""
-    ids: list[int] = []
-    for part in text.split(","):
-        if not part:
-            continue
-        low, _, high = part.partition("-")
-        first, last = int(low), int(high or low)
-        if last < first:
-            raise ValueError(f"bad idset range {part!r}")
-        ids.extend(range(first, last + 1))
-    return ids
-
-
 def parse_resource_status(
     response: Mapping[str, Any], expand: Callable[[Iterable[str]], list[str]]
 ) -> NodeStatus:
     """A ``resource.status`` response -> NodeStatus; ``expand`` turns R's nodelist (hostlist
-    strings) into hostnames in rank order."""
+    strings) into hostnames in rank order.  Reasons are kept as Flux holds them (an admin's
+    included); they are made readable where they are shown."""
     execution = (response.get("R") or {}).get("execution") or {}
-    ranks: list[int] = []
+    ranks: set[int] = set()
     for entry in execution.get("R_lite") or []:
-        ranks.extend(decode_idset(str(entry.get("rank", ""))))
+        ranks.update(expand_idset(str(entry.get("rank", ""))))
     names = expand(execution.get("nodelist") or [])
-    by_rank = dict(zip(sorted(set(ranks)), names))
-    drained: dict[str, str] = {}
+    by_rank = dict(zip(sorted(ranks), names))
+    drained: dict[int, str] = {}
     for ids, info in (response.get("drain") or {}).items():
-        for rank in decode_idset(str(ids)):
+        for rank in expand_idset(str(ids)):
             if rank in by_rank:
-                drained[by_rank[rank]] = str((info or {}).get("reason") or "")
-    offline = {by_rank[r] for r in decode_idset(str(response.get("offline") or "")) if r in by_rank}
-    return NodeStatus(tuple(names), drained, frozenset(offline), ssd_parts(response.get("R")))
+                drained[rank] = untrusted.field(untrusted.mapping(info).get("reason"))
+    offline = {r for r in expand_idset(str(response.get("offline") or "")) if r in by_rank}
+    return NodeStatus(by_rank, drained, frozenset(offline), ssd_parts(response.get("R")))
 
 
 class FluxNodes:
@@ -145,13 +178,13 @@ class FluxNodes:
 
         self._rpc("resource.status", {}, answered)
 
-    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
-        payload = {"targets": ",".join(hosts), "reason": reason}
+    def drain(self, targets: str, reason: str, on_done: Done, *, replace: bool) -> None:
+        payload = {"targets": targets, "reason": reason}
         payload["mode"] = "overwrite" if replace else "update"
         self._rpc("resource.drain", payload, lambda f: on_done(self._error(f)[1]))
 
-    def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
-        payload = {"targets": ",".join(hosts), "mode": "update"}
+    def undrain(self, targets: str, on_done: Done) -> None:
+        payload = {"targets": targets, "mode": "update"}
         self._rpc("resource.undrain", payload, lambda f: on_done(self._error(f)[1]))
 
     def _read_fluxion_graph(self, then: Callable[[], None]) -> None:

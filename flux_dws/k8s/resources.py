@@ -8,7 +8,6 @@ dws-api.md) in one place.
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -238,13 +237,14 @@ def container_timeouts(profile: Mapping[str, Any]) -> ContainerTimeouts:
 
 
 def decode_token(data: Mapping[str, str] | None) -> str | None:
-    """A Secret's ``data.token``, base64-decoded; None if absent or not valid base64 text."""
+    """A Secret's ``data.token``, base64-decoded; None if absent or not valid base64 text
+    (a non-ASCII character in it included: b64decode raises a plain ValueError for that)."""
     encoded = data.get("token") if isinstance(data, Mapping) else None
     if not encoded or not isinstance(encoded, str):
         return None
     try:
         return base64.b64decode(encoded, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError and non-ASCII input alike
         return None
 
 

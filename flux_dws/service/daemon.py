@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import PolicyError
 from flux_dws.core.identity import check_identity, default_identity
 from flux_dws.core.policy import Policy, policy_from_table
@@ -62,6 +63,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class ReadableFormatter(logging.Formatter):
+    """Every log line through flux_dws.base.untrusted.readable: a message is one line, and
+    neither it nor a traceback (whose exception text may quote Kubernetes) can put an escape
+    sequence on an admin's terminal or forge a log line.  Call sites make their untrusted
+    arguments readable too (tests/test_sinks.py); this is the last word."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = untrusted.readable(record.message, None)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802
+        return untrusted.readable(super().formatException(ei), None, lines=True)
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return untrusted.readable(stack_info, None, lines=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from flux_dws.base.usage import UsageError
 
@@ -70,11 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="flux-dws: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ReadableFormatter("flux-dws: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     for noisy in ("urllib3", "kubernetes"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

@@ -20,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from flux_dws.base.hostlist import encode_idset
 from flux_dws.base.loop import Loop, Timer
+from flux_dws.base.untrusted import readable
 from flux_dws.core import health
 from flux_dws.core.policy import Policy
 from flux_dws.core.storage import rabbit_map
@@ -28,6 +30,11 @@ from flux_dws.flux.resource import NodeControl, NodeStatus
 from flux_dws.k8s import KubeClient, KubeWorker
 
 log = logging.getLogger("flux-dws")
+
+
+def _nodes(status: NodeStatus, ranks: Sequence[int]) -> str:
+    """Ranks as an admin reads them: their hosts, and the ranks themselves."""
+    return f"{readable(health.hostlist(status.hosts_of(ranks)))} (rank {encode_idset(ranks)})"
 
 
 @dataclass(frozen=True)
@@ -93,15 +100,18 @@ class HealthMonitor:
     def drain_for_job(
         self, hosts: Sequence[str], reason: str, done: Callable[[str | None], None]
     ) -> None:
-        """Drain a job's failed nodes (never undone by a pass: see flux_dws.core.health)."""
-        log.warning("draining %s: %s", health.hostlist(hosts), reason)
+        """Drain a job's failed nodes (never undone by a pass: see flux_dws.core.health).
+
+        By hostname: every rank of a failed node, as ``flux resource drain HOST`` does."""
+        reason = readable(reason, health.MAX_REASON)
+        log.warning("draining %s: %s", readable(health.hostlist(hosts)), reason)
 
         def drained(error: str | None) -> None:
             if error is None:
                 self.poke()  # SystemStatus follows
             done(error)
 
-        self.nodes.drain(list(hosts), reason, drained, replace=False)
+        self.nodes.drain(health.hostlist(hosts), reason, drained, replace=False)
 
     # ------------------------------------------------------------------ one pass
 
@@ -134,37 +144,44 @@ class HealthMonitor:
         plan = health.plan_drains(
             seen.rabbits,
             seen.served,
-            status.hosts,
+            status.ranks,
             status.drained,
             drain_nodes=self.policy.drain_compute_nodes,
         )
         self.last_plan = plan
         self._report_rabbits(plan.down_rabbits, {r.name for r in seen.rabbits})
         self._report_drifts(seen.drifts)
-        self.drained = dict(status.drained)
+        self.drained = status.drained_hosts()
         drained = dict(status.drained)
         steps: list[Callable[[Callable[[str | None], None]], None]] = []
-        by_reason: dict[str, list[str]] = {}
-        for host, reason in plan.drain.items():
-            by_reason.setdefault(reason, []).append(host)
-            drained[host] = reason
-        for reason, hosts in sorted(by_reason.items()):
-            replace = any(h in status.drained for h in hosts)
-            log.warning("draining %s: %s", health.hostlist(hosts), reason)
+        by_reason: dict[str, list[int]] = {}
+        for rank, reason in plan.drain.items():
+            reason = readable(reason, health.MAX_REASON)
+            by_reason.setdefault(reason, []).append(rank)
+            drained[rank] = reason
+        for reason, ranks in sorted(by_reason.items()):
+            replace = any(r in status.drained for r in ranks)
+            targets = encode_idset(ranks)
+            log.warning("draining %s: %s", _nodes(status, ranks), reason)
             steps.append(
-                lambda done, h=hosts, r=reason, x=replace: self.nodes.drain(h, r, done, replace=x)
+                lambda done, t=targets, r=reason, x=replace: self.nodes.drain(t, r, done, replace=x)
             )
         if plan.undrain:
-            log.info("undraining %s: their rabbits are Ready again", health.hostlist(plan.undrain))
-            steps.append(lambda done: self.nodes.undrain(list(plan.undrain), done))
-            for host in plan.undrain:
-                drained.pop(host, None)
+            log.info("undraining %s: their rabbits are Ready again", _nodes(status, plan.undrain))
+            targets = encode_idset(plan.undrain)
+            steps.append(lambda done: self.nodes.undrain(targets, done))
+            for rank in plan.undrain:
+                drained.pop(rank, None)
         for rabbit in sorted({r.name for r in seen.rabbits} - self._marked):
             up = rabbit not in plan.down_rabbits
             drift = self.drifts.get(rabbit)
             hold = drift.missing if drift else 0
             steps.append(lambda done, r=rabbit, u=up, h=hold: self._mark(r, u, h, done))
-        wanted = health.node_states(status.hosts, drained, status.offline)
+        by_host: dict[str, str] = {}  # host -> reason of its lowest drained rank
+        for rank, reason in sorted(drained.items(), reverse=True):
+            if rank in status.ranks:
+                by_host[status.ranks[rank]] = reason
+        wanted = health.node_states(status.hosts, by_host, status.offline_hosts())
         patch = health.system_status_patch(seen.system_status, wanted)
         if patch is not None:
             exists = seen.system_status is not None
@@ -180,9 +197,9 @@ class HealthMonitor:
             if error is not None:
                 log.warning(
                     "could not mark rabbit %s %s in Fluxion: %s",
-                    rabbit,
+                    readable(rabbit),
                     "up" if up else "down",
-                    error,
+                    readable(error),
                 )
             done(None)
 
@@ -219,11 +236,15 @@ class HealthMonitor:
     def _report_rabbits(self, down: Mapping[str, str], known: set[str]) -> None:
         for rabbit, why in sorted(down.items()):
             if self._down.get(rabbit) != why:
-                log.warning("rabbit %s is down (%s): no new job gets its storage", rabbit, why)
+                log.warning(
+                    "rabbit %s is down (%s): no new job gets its storage",
+                    readable(rabbit),
+                    readable(why),
+                )
                 self._marked.discard(rabbit)
         for rabbit in sorted(set(self._down) - set(down)):
             if rabbit in known:
-                log.info("rabbit %s is Ready again", rabbit)
+                log.info("rabbit %s is Ready again", readable(rabbit))
             self._marked.discard(rabbit)
         self._down = dict(down)
 
@@ -234,7 +255,7 @@ class HealthMonitor:
         log.info(
             "SystemStatus: %d node(s) changed (%s)",
             len(changed),
-            ", ".join(f"{h}={s}" for h, s in list(changed.items())[:8]),
+            readable(", ".join(f"{h}={s}" for h, s in list(changed.items())[:8])),
         )
 
         def finished(_result: Any, exc: BaseException | None) -> None:
@@ -261,7 +282,9 @@ class HealthMonitor:
     def _finish(self, error: str | None) -> None:
         if error and error != self.last_error:
             log.warning(
-                "health pass: %s; trying again in %.0fs", error, self.policy.health_interval
+                "health pass: %s; trying again in %.0fs",
+                readable(error),
+                self.policy.health_interval,
             )
         self.last_error = error
         self.passes += 1

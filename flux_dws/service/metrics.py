@@ -199,13 +199,15 @@ class PromMetrics:
                 return False
             log.warning(
                 "metrics: cannot listen on %s:%d (%s); serving no metrics for now",
-                host,
+                _shown(host),
                 port,
                 exc.strerror or exc,
             )
             return False
         self.address = (host, self._server.server_port)
-        log.info("metrics: Prometheus endpoint on http://%s:%d/metrics", host, self.address[1])
+        log.info(
+            "metrics: Prometheus endpoint on http://%s:%d/metrics", _shown(host), self.address[1]
+        )
         return True
 
     def close(self) -> None:
@@ -232,3 +234,8 @@ class Snapshot:
     queues: Mapping[str, int]
     reconcile: float
     missing: Mapping[str, int] = field(default_factory=dict)  # rabbit -> bytes (drift)
+
+
+def _shown(host: str) -> str:
+    """A host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host

@@ -371,7 +371,7 @@ class RealFlux:
         status = parse_resource_status(
             response, lambda lists: [h for item in lists for h in Hostlist(item)]
         )
-        return dict(status.drained)
+        return status.drained_hosts()
 
     def drain_table(self) -> str:
         """What `flux resource drain -o "{nodelist} {reason}"` prints (reasons not cut)."""

@@ -86,6 +86,10 @@ class Connection:
             err = RpcError(errno.ENOTCONN, "connection to the job-manager is closed")
             self.client_loop.call_soon(channel.callback, None, err)
             return
+        if self.userid != self._plugin.jm.owner_uid:  # the role first: a guest's payload is
+            err = self._plugin.refused(method)  # never parsed, as in the C plugin
+            self.client_loop.call_soon(channel.callback, None, err)
+            return
         problem = jansson_problem(payload)
         if problem is not None:  # the job-manager's json_loads refuses it: so does fakeflux
             log_refused(method, problem)

@@ -245,6 +245,10 @@ class FakeFlux:
 
     def drained(self) -> dict[str, str]:
         """``flux resource drain``: drained host -> reason."""
+        return self.loop.run_sync(lambda: self.drains.status().drained_hosts())
+
+    def drained_ranks(self) -> dict[int, str]:
+        """Drained rank -> reason (as flux-core keeps them)."""
         return self.loop.run_sync(lambda: dict(self.drains.status().drained))
 
     def _wait_for(
@@ -424,7 +428,9 @@ class FakeFlux:
         """The scheduler: allocate waiting jobs in submit order, each one that fits now."""
         self._sched_pending = False
         for _, job in sorted(self._jobs.items()):
-            usable = [h for h in self.hosts if h in self._free and h not in self.drains.info]
+            usable = [
+                h for h in self.hosts if h in self._free and h not in self.drains.drained_hosts()
+            ]
             if job.state != "SCHED" or not job.alloc_queued or job.nnodes > len(usable):
                 continue
             job.hosts = usable[: job.nnodes]

@@ -8,19 +8,27 @@ Semantics mirrored from flux-core:
   "overwrite" replaces the reason (the timestamp of an already drained node is kept).
 - undrain without a mode fails with EINVAL if any target is not drained; mode "update" skips
   targets that are not drained.
-- targets name hosts (a comma-separated hostlist); unknown hosts are EINVAL.
+- drains are kept by rank; targets are an RFC 22 idset of ranks, or hostnames (a
+  comma-separated list: every rank of each host); unknown hosts or ranks are EINVAL.
 - drained nodes are not given to new jobs (the scheduler skips them).
+- stricter than flux-core, on purpose: a reason the service sends must be one readable line
+  (what the resource module keeps is printed raw by `flux resource drain`), so FakeNodes and
+  serve_resource refuse (EPROTO) one with a control character, and a test catches a sink that
+  skipped flux_dws.base.untrusted.readable.  An admin's drain (FakeFlux.drain) may say anything.
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base.hostlist import HostlistError, encode_idset, expand_idset
 from flux_dws.base.loop import Loop
+from flux_dws.base.untrusted import echo, readable
 from flux_dws.flux.resource import Done, NodeStatus
 
 MODES = (None, "update", "overwrite", "force-overwrite")
@@ -36,38 +44,58 @@ class DrainError(OSError):
     """A refused drain/undrain: errno and flux-core's message."""
 
 
+def _service_reason(reason: str) -> str:
+    """A reason from the service: refused unless it is one readable line (see above)."""
+    if reason != readable(reason, None):
+        raise DrainError(errno.EPROTO, f"drain reason {echo(reason)} is not one readable line")
+    return reason
+
+
 class DrainSet:
-    """Drained hosts, keyed by hostname (call on fakeflux's loop thread)."""
+    """Drained ranks (rank i is ``hosts[i]``; hosts may repeat), as flux-core keeps them (call
+    on fakeflux's loop thread)."""
 
     def __init__(self, hosts: Sequence[str], clock: Callable[[], float] = time.time) -> None:
         self.hosts = tuple(hosts)
-        self.info: dict[str, Drain] = {}
-        self.offline: set[str] = set()
+        self.info: dict[int, Drain] = {}  # rank -> drain
+        self.offline: set[int] = set()
         self._clock = clock
 
-    def _targets(self, targets: str) -> list[str]:
-        names = [t for t in targets.split(",") if t]
-        if not names:
+    def _targets(self, targets: str) -> list[int]:
+        if re.fullmatch(r"[0-9,\-]+", targets or ""):
+            try:
+                ranks = expand_idset(targets)
+            except HostlistError as exc:
+                raise DrainError(errno.EINVAL, str(exc)) from None
+            unknown = [r for r in ranks if r >= len(self.hosts)]
+            if unknown:
+                raise DrainError(errno.EINVAL, f"rank {unknown[0]} is not in the instance")
+        else:
+            names = [t for t in targets.split(",") if t]
+            unknown_hosts = [n for n in names if n not in self.hosts]
+            if unknown_hosts:
+                raise DrainError(errno.EINVAL, f"unknown host {unknown_hosts[0]}")
+            ranks = [r for r, h in enumerate(self.hosts) if h in names]
+        if not ranks:
             raise DrainError(errno.EINVAL, "idset is empty")
-        unknown = [n for n in names if n not in self.hosts]
-        if unknown:
-            raise DrainError(errno.EINVAL, f"unknown host {unknown[0]}")
-        return names
+        return ranks
 
     def drain(self, targets: str, reason: str = "", mode: str | None = None) -> None:
         if mode not in MODES:
             raise DrainError(errno.EINVAL, "Invalid mode specified")
-        names = self._targets(targets)
+        ranks = self._targets(targets)
         if mode is None:
-            already = [n for n in names if n in self.info and self.info[n].reason]
+            already = [r for r in ranks if r in self.info and self.info[r].reason]
             if already:
                 plural = "s" if len(already) > 1 else ""
-                raise DrainError(errno.EEXIST, f"rank{plural} {','.join(already)} already drained")
+                raise DrainError(
+                    errno.EEXIST, f"rank{plural} {encode_idset(already)} already drained"
+                )
         now = self._clock()
-        for name in names:
-            current = self.info.get(name)
+        for rank in ranks:
+            current = self.info.get(rank)
             if current is None:
-                self.info[name] = Drain(now, reason)
+                self.info[rank] = Drain(now, reason)
             elif mode in ("overwrite", "force-overwrite") or not current.reason:
                 current.reason = reason
                 if mode == "force-overwrite":
@@ -76,18 +104,21 @@ class DrainSet:
     def undrain(self, targets: str, mode: str | None = None) -> None:
         if mode not in MODES:
             raise DrainError(errno.EINVAL, f"invalid undrain mode '{mode}' specified")
-        names = self._targets(targets)
+        ranks = self._targets(targets)
         if mode is None:
-            missing = [n for n in names if n not in self.info]
+            missing = [r for r in ranks if r not in self.info]
             if missing:
                 plural = "s" if len(missing) > 1 else ""
-                raise DrainError(errno.EINVAL, f"rank{plural} {','.join(missing)} not drained")
-        for name in names:
-            self.info.pop(name, None)
+                raise DrainError(errno.EINVAL, f"rank{plural} {encode_idset(missing)} not drained")
+        for rank in ranks:
+            self.info.pop(rank, None)
+
+    def drained_hosts(self) -> set[str]:
+        return {self.hosts[r] for r in self.info}
 
     def status(self) -> NodeStatus:
-        drained = {h: d.reason for h, d in self.info.items()}
-        return NodeStatus(self.hosts, drained, frozenset(self.offline))
+        drained = {r: d.reason for r, d in self.info.items()}
+        return NodeStatus(dict(enumerate(self.hosts)), drained, frozenset(self.offline))
 
 
 class FakeNodes:
@@ -113,16 +144,15 @@ class FakeNodes:
     def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None:
         self._call(self.flux.drains.status, on_done)
 
-    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
+    def drain(self, targets: str, reason: str, on_done: Done, *, replace: bool) -> None:
         mode = "overwrite" if replace else "update"
         self._call(
-            lambda: self.flux.drains.drain(",".join(hosts), reason, mode), lambda _r, e: on_done(e)
+            lambda: self.flux.drains.drain(targets, _service_reason(reason), mode),
+            lambda _r, e: on_done(e),
         )
 
-    def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
-        self._call(
-            lambda: self.flux.undrain_on_loop(",".join(hosts), "update"), lambda _r, e: on_done(e)
-        )
+    def undrain(self, targets: str, on_done: Done) -> None:
+        self._call(lambda: self.flux.undrain_on_loop(targets, "update"), lambda _r, e: on_done(e))
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
         if not self.fluxion:
@@ -143,14 +173,13 @@ def serve_resource(flux: Any, method: str, payload: Any) -> dict[str, Any]:
     if method == "resource.status":
         status = flux.drains.status()
         return {
-            "hosts": list(status.hosts),
-            "drained": dict(status.drained),
+            "ranks": {str(r): h for r, h in status.ranks.items()},
+            "drained": {str(r): reason for r, reason in status.drained.items()},
             "offline": sorted(status.offline),
         }
     if method == "resource.drain":
-        flux.drains.drain(
-            str(payload.get("targets", "")), str(payload.get("reason", "")), payload.get("mode")
-        )
+        reason = _service_reason(str(payload.get("reason", "")))
+        flux.drains.drain(str(payload.get("targets", "")), reason, payload.get("mode"))
         return {}
     if method == "resource.undrain":
         flux.undrain_on_loop(str(payload.get("targets", "")), payload.get("mode"))
@@ -171,22 +200,22 @@ class TransportNodes:
                 return
             on_done(
                 NodeStatus(
-                    tuple(response.get("hosts") or ()),
-                    dict(response.get("drained") or {}),
-                    frozenset(response.get("offline") or ()),
+                    {int(r): h for r, h in (response.get("ranks") or {}).items()},
+                    {int(r): why for r, why in (response.get("drained") or {}).items()},
+                    frozenset(int(r) for r in response.get("offline") or ()),
                 ),
                 None,
             )
 
         self.transport.rpc("resource.status", {}, answered)
 
-    def drain(self, hosts: Sequence[str], reason: str, on_done: Done, *, replace: bool) -> None:
-        payload = {"targets": ",".join(hosts), "reason": reason}
+    def drain(self, targets: str, reason: str, on_done: Done, *, replace: bool) -> None:
+        payload = {"targets": targets, "reason": reason}
         payload["mode"] = "overwrite" if replace else "update"
         self.transport.rpc("resource.drain", payload, lambda _r, e: on_done(e and str(e)))
 
-    def undrain(self, hosts: Sequence[str], on_done: Done) -> None:
-        payload = {"targets": ",".join(hosts), "mode": "update"}
+    def undrain(self, targets: str, on_done: Done) -> None:
+        payload = {"targets": targets, "mode": "update"}
         self.transport.rpc("resource.undrain", payload, lambda _r, e: on_done(e and str(e)))
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:

@@ -331,17 +331,21 @@ class DwsPlugin:
 
     # ------------------------------------------------------------------ methods
 
+    @staticmethod
+    def refused(method: str) -> RpcError:
+        """A guest's request, refused before its payload is read (as the C plugin does)."""
+        return RpcError(
+            errno.EPERM, f"job-manager.dws.{method}: only the instance owner may use this method"
+        )
+
     def handle(self, req: Request) -> None:
         """Answer one ``job-manager.dws.<method>`` request."""
         try:
+            if req.userid != self.jm.owner_uid:
+                raise self.refused(req.method)
             method = self._methods.get(req.method)
             if method is None:
                 raise RpcError(errno.ENOSYS, f"job-manager.dws.{req.method}: no such method")
-            if req.userid != self.jm.owner_uid:
-                raise RpcError(
-                    errno.EPERM,
-                    f"job-manager.dws.{req.method}: only the instance owner may use this method",
-                )
             response = method(req)
         except RpcError as err:
             req.fail(err)
