@@ -24,14 +24,22 @@
  *   - "alloc", for a #DW job no dws jobtap plugin holds (a test, or a
  *     misconfigured instance): its dws-environment, if any, came earlier;
  *   - "start" (a shell restarted with running tasks) or a fatal exception.
- * The watch is bounded by WATCH_TIMEOUT.
+ * The watch is bounded by the job's own PreRun deadline, as the service recorded
+ * it in the job's last dws-state event for PreRun ({"state": "PreRun",
+ * "deadline": EPOCH}), plus DEADLINE_GRACE for the service to fail the job: a
+ * big job whose eventlog is slow to commit is not cut off by a fixed limit.
+ * Until that event is in view (or when PreRun has no timeout) the watch has no
+ * limit of its own, and says every NOTICE_INTERVAL that it is still waiting; a
+ * fatal exception (the job's time limit, a cancel, the service failing the
+ * job) ends it.
  *
  * Only jobs with attributes.system.dw do anything: the check is a lookup in
  * the jobspec the shell already holds, so other jobs pay nothing.
  *
- * Failure policy: a dws-environment event that exists but is malformed fails
- * shell init with one line naming the fault.  A #DW job without the event, or
- * whose eventlog cannot be read, logs why and continues without it.
+ * Failure policy: a #DW job never runs without its DWS environment.  A
+ * dws-environment event that is malformed, a #DW job without the event, and an
+ * eventlog that cannot be read all fail shell init with one line naming the
+ * fault, so no task starts.
  */
 #define FLUX_SHELL_PLUGIN_NAME "dws-env"
 
@@ -46,8 +54,11 @@
 #define ENV_EVENT "dws-environment"
 #define DWS_ACTION "dws" /* the jobtap plugin's dependency and prolog name */
 
-/* Seconds to wait for the eventlog to reach the point that started this shell. */
-static const double WATCH_TIMEOUT = 60.;
+/* Seconds past the job's PreRun deadline to wait for the eventlog to reach the
+ * point that started this shell (the service fails the job at the deadline). */
+static const double DEADLINE_GRACE = 60.;
+/* Seconds between "still waiting" notices while no deadline bounds the wait. */
+static const double NOTICE_INTERVAL = 60.;
 /* Seconds to wait for the end of the watch stream after cancelling it. */
 static const double CANCEL_TIMEOUT = 5.;
 
@@ -57,6 +68,7 @@ struct scan {
     bool allocated;       /* "alloc" seen */
     bool prolog_done;     /* "prolog-finish" of the dws prolog seen */
     bool ended;           /* "start" (reattach) or a fatal exception seen */
+    double prerun_deadline; /* epoch seconds from dws-state PreRun; 0: none (yet) */
     json_t *env_event;    /* the last dws-environment event (a reference) */
 };
 
@@ -102,6 +114,17 @@ static void scan_event (struct scan *scan, const char *line)
         if (severity == 0)
             scan->ended = true;
     }
+    else if (!strcmp (name, "dws-state")) {
+        const char *state = NULL;
+        double deadline = 0.;
+        (void)json_unpack (event,
+                           "{s:{s:s s?F}}",
+                           "context",
+                           "state", &state,
+                           "deadline", &deadline);
+        if (state && !strcmp (state, "PreRun"))
+            scan->prerun_deadline = deadline > 0. ? deadline : 0.;
+    }
     else if (!strcmp (name, ENV_EVENT)) {
         json_decref (scan->env_event);
         scan->env_event = json_incref (event);
@@ -109,10 +132,11 @@ static void scan_event (struct scan *scan, const char *line)
     json_decref (event);
 }
 
+/* Wall-clock seconds since the epoch: the service's deadlines are absolute. */
 static double now (void)
 {
     struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
+    clock_gettime (CLOCK_REALTIME, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -133,15 +157,16 @@ static void watch_destroy (flux_future_t *f)
 }
 
 /* Read the job eventlog up to the point that started this shell.
- * Returns 0, even if incomplete (a warning says why), or -1 if it cannot be read;
- * either way scan holds what was read.
+ * Returns 0 once it has, or -1 (logged) when it cannot be read or the wait ran
+ * DEADLINE_GRACE past the job's PreRun deadline; either way scan holds what was read.
  */
 static int scan_eventlog (flux_shell_t *shell, flux_jobid_t id, struct scan *scan)
 {
     flux_t *h = flux_shell_get_flux (shell);
     flux_future_t *f;
     const char *line;
-    double deadline = now () + WATCH_TIMEOUT;
+    double started = now ();
+    double waited = 0.;
     int rc = 0;
 
     if (!(f = flux_job_event_watch (h, id, "eventlog", 0))) {
@@ -149,12 +174,24 @@ static int scan_eventlog (flux_shell_t *shell, flux_jobid_t id, struct scan *sca
         return -1;
     }
     while (!scan_complete (scan)) {
-        double left = deadline - now ();
-        if (left <= 0. || flux_future_wait_for (f, left) < 0) {
-            shell_warn ("job eventlog did not reach this shell's start after %.0fs;"
-                        " using what it shows",
-                        WATCH_TIMEOUT);
-            break;
+        double wait = NOTICE_INTERVAL;
+        if (scan->prerun_deadline > 0.) {
+            double left = scan->prerun_deadline + DEADLINE_GRACE - now ();
+            if (left <= 0.) {
+                shell_log_error ("job eventlog did not reach this shell's start %.0fs"
+                                 " past the job's PreRun deadline",
+                                 DEADLINE_GRACE);
+                rc = -1;
+                break;
+            }
+            if (left < wait)
+                wait = left;
+        }
+        if (flux_future_wait_for (f, wait) < 0) {
+            waited = now () - started;
+            if (scan->prerun_deadline <= 0.)
+                shell_warn ("still waiting for the %s event after %.0fs", ENV_EVENT, waited);
+            continue;
         }
         if (flux_job_event_watch_get (f, &line) < 0) {
             if (errno != ENODATA) {
@@ -246,11 +283,14 @@ static int dws_env_init (flux_plugin_t *p,
     if (!dw)
         return 0; /* not a #DW job */
 
-    (void)scan_eventlog (shell, (flux_jobid_t)id, &scan); /* logs its own trouble */
-    if (!scan.env_event)
-        shell_warn ("#DW job has no %s event: job tasks start without"
-                    " the DWS environment",
-                    ENV_EVENT);
+    if (scan_eventlog (shell, (flux_jobid_t)id, &scan) < 0) /* logged */
+        rc = -1;
+    else if (!scan.env_event) {
+        shell_log_error ("#DW job has no %s event: its tasks do not start without"
+                         " their DWS environment",
+                         ENV_EVENT);
+        rc = -1;
+    }
     else
         rc = apply_env_event (shell, scan.env_event);
     json_decref (scan.env_event);

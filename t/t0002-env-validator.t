@@ -126,13 +126,27 @@ test_expect_success 'a job without dw is unaffected, even with a dws-environment
     test_must_fail grep dws-env nodw.err
 '
 
-test_expect_success 'a #DW job without the event starts, with one warning' '
-    flux run -o userrc="$USERRC" -S dw="$DW" sh -c "echo \${DW_JOB_scratch-unset}" \
+test_expect_success 'a #DW job without the event fails with one line; no task starts' '
+    test_must_fail flux run -o userrc="$USERRC" -S dw="$DW" sh -c "echo started" \
         >noevent.out 2>noevent.err &&
-    echo unset >noevent.expected &&
-    test_cmp noevent.expected noevent.out &&
-    grep "dws-env: #DW job has no dws-environment event" noevent.err &&
-    test $(wc -l <noevent.err) -eq 1
+    test_must_be_empty noevent.out &&
+    grep "ERROR: dws-env: #DW job has no dws-environment event: its tasks do not start" \
+        noevent.err &&
+    test $(grep -c "ERROR: dws-env:" noevent.err) -eq 1
+'
+
+# A job held by the dws plugin whose PreRun deadline passed without the event: the shell
+# gives up DEADLINE_GRACE (60 s) after it, not after a fixed wait from its own start.
+test_expect_success 'the wait for the event is bounded by the job PreRun deadline' '
+    id=$(held_job -S dw="$DW" sh -c "echo started") &&
+    past=$(flux python -c "import time; print(time.time() - 120)") &&
+    post_events $id dependency-add "{\"description\": \"dws\"}" \
+        dws-state "{\"state\": \"PreRun\", \"timeout\": 60, \"deadline\": $past}" &&
+    flux job urgency $id default &&
+    flux job wait-event -t $DWS_TIMEOUT $id clean >/dev/null &&
+    ! flux job attach -l $id >late.out 2>late.err &&
+    test_must_be_empty late.out &&
+    grep "past the job.s PreRun deadline" late.err
 '
 
 # malformed CONTEXT MESSAGE: the job fails in shell init, the message says why.

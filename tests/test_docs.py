@@ -9,9 +9,10 @@ Examples are found by their markup, never copied into this file:
 - ``.. code-block:: console``: each ``$ flux run|submit|batch|alloc`` line is read as the shell
   and Flux read it (-S values are JSON when they parse, ``system.`` is implied) and must be
   accepted by request_from_attributes under doc/dws.toml.example, or refused with the
-  ``flux-<cmd>: ERROR: <message>`` shown after it; each ``$ flux dws ...`` line must be
-  accepted by the command's own argument parser (parse only); ``flux jobtap`` and ``make``
-  lines name the real plugin, its options and Makefile targets.
+  ``flux-<cmd>: ERROR: <message>`` (or ``[Errno 22] <message>``) shown after it; each
+  ``$ flux dws ...`` line must be accepted by the command's own argument parser (parse
+  only); ``flux jobtap`` and ``make`` lines name the real plugin, its options and Makefile
+  targets.
 - ``.. code-block:: text`` blocks of ``#DW`` lines are one job's directives each and parse.
 - named blocks: ``rbac`` (YAML) grants exactly the (group, resource, verb) triples the
   KubeClient uses, measured over real HTTP against kubeapi; ``exception-notes``,
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
 import io
 import json
@@ -307,8 +309,21 @@ def job_system_attributes(argv: list[str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def site() -> Policy:
-    """The site policy the guides document: doc/dws.toml.example."""
-    return load_policy(str(SITE_EXAMPLE))
+    """The site the guides' examples show: doc/dws.toml.example (the defaults and its
+    example presets) with the failure tolerance and storage limits the user guide's site
+    sets ("exceeds this site's maximum of 2", an 8TiB xfs maximum)."""
+    example = load_policy(str(SITE_EXAMPLE))
+    table = {"failure-tolerance-max": 2}
+    table["storage"] = {
+        "xfs": {"max-per-node": "8TiB", "min-allocation": "1GiB"},
+        "lustre": {"min-allocation": "1GiB"},
+    }
+    extra = policy_from_table(table)
+    return dataclasses.replace(
+        example,
+        failure_tolerance_max=extra.failure_tolerance_max,
+        storage_limits=extra.storage_limits,
+    )
 
 
 def test_submission_examples_are_accepted_or_refused_as_shown(site):
@@ -319,10 +334,10 @@ def test_submission_examples_are_accepted_or_refused_as_shown(site):
         argv = command.argv
         where = f"{command.block.where}: {command.text}"
         system = job_system_attributes(argv)
-        error = [
-            line.split(": ERROR: ", 1)[1]
+        error = [  # flux run names itself; flux submit prints the OSError (flux-core 0.88)
+            line.split(": ERROR: ", 1)[1] if ": ERROR: " in line else line.split("] ", 1)[1]
             for line in command.output
-            if line.startswith(f"flux-{argv[1]}: ERROR: ")
+            if line.startswith((f"flux-{argv[1]}: ERROR: ", "[Errno 22] "))
         ]
         if error:
             refused += 1
@@ -722,6 +737,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     ],
     "list_clientmounts": lambda k: k.list_clientmounts(k.workflow_name(WORKFLOW_ID)),
     "read_servers": lambda k: k.read_servers(k.namespace, "nosuch"),
+    "list_servers": lambda k: k.list_servers(),
     "force_ready": lambda k: k.force_ready(k.workflow_name(WORKFLOW_ID)),
     "ping": lambda k: k.ping(),  # GET /version: allowed to everyone, like discovery
 }
@@ -781,6 +797,8 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     for health in ("clientmounts", "systemstatuses"):  # cluster-wide (rabbit and node health)
         assert where.pop(health) == {"*"}, health
     assert where.pop("nnfdatamovements") == {"*"}  # in nnf-dm-system and rabbit namespaces
+    # patched and read in the workflow's namespace; listed everywhere (capacity truth)
+    assert where.pop("servers") == {Policy().namespace, "*"}
     assert all(scopes == {Policy().namespace} for scopes in where.values()), where
 
 

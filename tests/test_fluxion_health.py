@@ -3,8 +3,10 @@
 
 The service marks a down rabbit's ``ssd`` pool down in Fluxion, so no new #DW job gets its
 nodes, while jobs without #DW still run there (nodes are not drained: ``drain-compute-nodes``
-is off here).  When the rabbit is Ready again its pool comes back.  Skipped, with one line,
-where flux-core or Fluxion (flux-sched) is not installed.
+is off, its default).  When the rabbit is Ready again its pool comes back.  A job the size of
+the whole system, queued before a rabbit outage, is not rejected as unsatisfiable and runs once
+the rabbit is back.  Skipped, with one line, where flux-core or Fluxion (flux-sched) is not
+installed.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ def stack():
     config = {
         "heartbeat": "2s",
         "rabbit-scheduling": True,
-        "drain-compute-nodes": False,
         "health-interval": "1s",
     }
     with Stack(
@@ -76,3 +77,31 @@ def test_a_down_rabbit_gets_no_new_dw_job_but_its_nodes_still_run_others(stack):
     info = stack.wait(wide, timeout=WAIT)
     assert info.result == "COMPLETED", info.exception
     assert set(allocated_rabbits(stack.flux.job_R(wide))) == {"rabbit-0", "rabbit-1"}
+
+
+def test_a_whole_system_job_queued_before_an_outage_runs_after_it(stack):
+    from flux.job import JobspecV1, submit
+
+    handle = stack.flux._handle
+    blocker = stack.submit(XFS, nnodes=4, runtime=None)  # holds every node until cancelled
+    stack.wait(blocker, state="RUN", timeout=WAIT)
+    whole = int(submit(handle, JobspecV1.from_command(["true"], num_nodes=4, num_tasks=4)))
+    whole_dw = stack.submit(XFS, nnodes=4)
+    stack.wait(whole_dw, state="SCHED", timeout=WAIT)
+    stack.set_rabbit("rabbit-1", "Offline")
+    wait_for(lambda: "rabbit-1" in down_pools(stack), "rabbit-1's pool down in Fluxion", WAIT)
+
+    def passes() -> int:  # each health pass lists the Storages once
+        return stack.api.request_counts().get(("list", "storages"), 0)
+
+    seen = passes()
+    wait_for(lambda: passes() > seen + 2, "health passes during the outage", WAIT)
+    assert not stack.flux.drained()
+    for queued in (whole, whole_dw):  # waiting, not rejected as unsatisfiable
+        assert stack.flux.info(queued).state == "SCHED", stack.flux.info(queued)
+    stack.set_rabbit("rabbit-1", "Ready")
+    wait_for(lambda: "rabbit-1" not in down_pools(stack), "rabbit-1's pool up again", WAIT)
+    stack.cancel(blocker)
+    assert stack.wait(whole, timeout=WAIT).result == "COMPLETED"
+    info = stack.wait(whole_dw, timeout=WAIT)
+    assert info.result == "COMPLETED", info.exception

@@ -49,7 +49,8 @@ def rabbits(*objs: dict) -> list[Rabbit]:
 
 def test_storage_is_read_with_links_and_state():
     r = rabbit_from_storage(storage("r0", "Degraded", links={"c2": "Offline"}))
-    assert r == Rabbit("r0", "Degraded", True, {"c1": "Ready", "c2": "Offline"})
+    assert (r.name, r.status, r.enabled) == ("r0", "Degraded", True)
+    assert r.links == {"c1": "Ready", "c2": "Offline"}
     assert r.down is None
     assert r.link_down("c1") is None
     assert r.link_down("c2") == "rabbit r0 link to c2 is Offline"
@@ -153,11 +154,95 @@ def test_hosts_outside_flux_are_never_drained():
     assert dict(p.drain) == {0: "dws: rabbit r0 is Offline"}
 
 
+def test_a_storage_nnf_has_not_reported_keeps_its_pool_down_but_drains_nothing():
+    """A fresh system: DWS creates each Storage with no status; nnf-sos fills it later."""
+    bare = storage_resource("r0", ["c1", "c2"])
+    del bare["status"]
+    starting = storage("r1", "Starting", links={"c3": "Unknown", "c4": "Unknown"})
+    p = plan(rabbits(bare, starting), {})
+    assert p.drain == {}
+    assert set(p.down_rabbits) == {"r0", "r1"}  # no new job gets their storage yet
+    unknown = storage("r0", "Unknown")
+    assert plan(rabbits(unknown), {}).drain == {}
+    # an earlier rabbit drain of ours is undone while NNF has not told
+    ours = {"c1": health.rabbit_reason("rabbit r0 is Offline")}
+    assert plan(rabbits(bare), ours).undrain == (0,)
+
+
+def test_fenced_and_degraded_follow_dws():
+    # nnf-sos marks a STONITH'd rabbit Degraded + rebootRequired: down until rebooted
+    fenced = storage("r0", "Degraded")
+    fenced["status"]["rebootRequired"] = True
+    fenced["status"]["message"] = "Storage node requires reboot to recover from STONITH event"
+    (r,) = rabbits(fenced)
+    assert r.down and "reboot required" in r.down and "STONITH" in r.down
+    plain = storage("r1", "Degraded")
+    p = plan(rabbits(fenced, plain), {})
+    assert set(by_host(p.drain)) == {"c1", "c2"} and set(p.down_rabbits) == {"r0"}
+    # a Fenced rabbit is down; a Fenced compute link drains that node alone
+    p = plan(rabbits(storage("r0", "Fenced")), {})
+    assert set(by_host(p.drain)) == {"c1", "c2"}
+    link = storage("r1", "Ready", links={"c4": "Fenced"})
+    assert by_host(plan(rabbits(link), {}).drain) == {"c4": "dws: rabbit r1 link to c4 is Fenced"}
+
+
+def test_nnf_rabbit_reasons_are_in_our_drain_reasons():
+    disabled = storage("r0", "Ready")
+    disabled["spec"]["state"] = "Disabled"
+    disabled["metadata"]["annotations"] = {"disable_reason": "replacing drive 3"}
+    drained = storage("r1", "Drained")
+    drained["metadata"]["annotations"] = {"drain_reason": "firmware\nupdate"}
+    shown = by_host(plan(rabbits(disabled, drained), {}).drain)
+    assert shown["c1"] == "dws: rabbit r0 is Disabled by an admin (spec.state): replacing drive 3"
+    assert shown["c3"].startswith("dws: rabbit r1 is Drained: firmware")
+    assert "\n" not in shown["c3"]
+
+
 # ---- SystemStatus --------------------------------------------------------------------------
 
 
+def test_system_status_follows_nnf_rule():
+    """nnf-sos skips the unmount of a Disabled compute (nnf_access_controller.go
+    checkOfflineOrFencedCompute): only an offline broker or our own drain for a failed
+    unmount or a fence may make a node Disabled."""
+    drained = {
+        "c1": "bad DIMM",  # an admin's
+        "c2": health.job_reason(1, "unmount failed (workflow w Teardown failed)"),
+        "c3": health.rabbit_reason("rabbit r0 is Offline"),
+        "c4": health.job_reason(2, "fenced during the job (workflow w: ...)"),
+        "c5": health.job_reason(3, "Setup failed on this node: x"),
+        "c6": "dws: jobby: unmount failed",  # not ours in form: not a job drain
+    }
+    hosts = (*HOSTS, "c5", "c6", "c7")
+    wanted = health.node_states(hosts, drained, offline={"c7"})
+    assert {h for h, s in wanted.items() if s == "Disabled"} == {"c2", "c4", "c7"}
+
+
+def test_teardown_failures_are_the_nodes_still_mounted():
+    def cm(node, state, error=None):
+        status = {"mounts": [{"state": state}]}
+        if error:
+            status["error"] = {"userMessage": error}
+        return {"spec": {"node": node}, "status": status}
+
+    mounts = [cm("c1", "unmounted"), cm("c2", "mounted"), cm("c3", "unmounted", "busy"), 5]
+    mounts.append(cm("elsewhere", "mounted"))
+    found = health.unmount_failures(mounts, ("c1", "c2", "c3", "c4"))
+    assert found.state == "Teardown" and found.nodes == ("c2", "c3")
+    assert found.causes["c3"] == "unmount failed: busy"
+
+
+def test_fenced_nodes_come_from_nnf_sos_message():
+    text = "Workflow failed: compute nodes [c1 c3 other] were fenced during the job"
+    assert health.fenced_nodes(text, ("c1", "c2", "c3")) == ("c1", "c3")
+    assert health.fenced_nodes("compute nodes c1 were fenced", ("c1",)) == ()
+    assert health.fenced_nodes(None, ("c1",)) == ()
+
+
 def test_system_status_patch_is_minimal():
-    wanted = health.node_states(HOSTS, drained={"c2"}, offline={"c3"})
+    wanted = health.node_states(
+        HOSTS, drained={"c2": health.job_reason(1, "unmount failed")}, offline={"c3"}
+    )
     assert wanted == {"c1": "Enabled", "c2": "Disabled", "c3": "Disabled", "c4": "Enabled"}
     current = {"data": {"nodes": {"c1": "Enabled", "c2": "Enabled", "other": "Disabled"}}}
     patch = health.system_status_patch(current, wanted)
@@ -256,11 +341,11 @@ def test_drainset_follows_flux_core():
             d.drain(bad, "x")
 
 
-def test_ssd_paths_come_from_the_rabbit_graph():
-    from flux_dws.flux.resource import ssd_paths
+def test_ssd_parts_come_from_the_rabbit_graph():
+    from flux_dws.core.rabbits import ssd_parts
 
     def vertex(kind: str, path: str) -> dict:
-        return {"metadata": {"type": kind, "paths": {"containment": path}}}
+        return {"metadata": {"type": kind, "paths": {"containment": path}, "size": 10}}
 
     R = {
         "scheduling": {
@@ -277,11 +362,22 @@ def test_ssd_paths_come_from_the_rabbit_graph():
             }
         }
     }
-    assert ssd_paths(R) == {
-        "rabbit-0": ("/cluster0/rabbit-0/ssd0", "/cluster0/rabbit-0/ssd1"),
-        "rabbit-1": ("/cluster0/rabbit-1/ssd2",),
+    assert ssd_parts(R) == {
+        "rabbit-0": (("/cluster0/rabbit-0/ssd0", 10), ("/cluster0/rabbit-0/ssd1", 10)),
+        "rabbit-1": (("/cluster0/rabbit-1/ssd2", 10),),
     }
-    assert ssd_paths(None) == {} and ssd_paths({"scheduling": 5}) == {}
+    assert ssd_parts(None) == {} and ssd_parts({"scheduling": 5}) == {}
+
+
+def test_parts_to_hold_cover_the_missing_bytes_from_the_end():
+    from flux_dws.core.rabbits import GIB, parts_to_hold
+
+    parts = [(f"/c/r/ssd{i}", 10) for i in range(4)]
+    assert parts_to_hold(parts, 0) == ()
+    assert parts_to_hold(parts, 1) == ("/c/r/ssd3",)
+    assert parts_to_hold(parts, 10 * GIB) == ("/c/r/ssd3",)
+    assert parts_to_hold(parts, 10 * GIB + 1) == ("/c/r/ssd2", "/c/r/ssd3")
+    assert len(parts_to_hold(parts, 1000 * GIB)) == 4
 
 
 @pytest.mark.realflux

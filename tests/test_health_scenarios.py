@@ -26,6 +26,7 @@ CONFIG = {
     "heartbeat": "2s",
     "health-interval": "0.2s",
     "failure-tolerance-max": 2,
+    "drain-compute-nodes": True,  # not the default: the drains are what is tested here
 }
 OFFLINE = "dws: rabbit rabbit-0 is Offline"
 WAIT = 60.0
@@ -63,6 +64,7 @@ def stack(_health_stack):
     assert stack.sim is not None
     stack.sim.faults.setup.clear()
     stack.sim.faults.mount.clear()
+    stack.sim.faults.unmount.clear()
     for rabbit in stack.rabbits:
         stack.set_rabbit(rabbit, "Ready", enabled=True)
     wait_for(lambda: not _ours(stack), "flux-dws's rabbit drains undone", WAIT)
@@ -105,12 +107,13 @@ def test_offline_rabbit_drains_its_nodes_leaves_admin_drain_and_undrains(stack):
     if stack.backend == "flux":
         table = stack.flux.drain_table()
         assert "rabbit rabbit-0 is Offline" in table and "bad DIMM" in table
+    # NNF's rule: neither the admin's drain nor a rabbit drain makes a live node Disabled
     wait_for(
         lambda: (
             _system_status(stack)
             == {
-                "compute-01": "Disabled",
-                "compute-02": "Disabled",
+                "compute-01": "Enabled",
+                "compute-02": "Enabled",
                 "compute-03": "Enabled",
                 "compute-04": "Enabled",
             }
@@ -123,7 +126,7 @@ def test_offline_rabbit_drains_its_nodes_leaves_admin_drain_and_undrains(stack):
     wait_for(
         lambda: _system_status(stack).get("compute-01") == "Enabled", "compute-01 Enabled", WAIT
     )
-    assert _system_status(stack)["compute-02"] == "Disabled"
+    assert _system_status(stack)["compute-02"] == "Enabled"  # an admin drain: NNF unmounts it
 
 
 def test_a_down_link_drains_only_that_node(stack):
@@ -194,21 +197,57 @@ def test_failed_setup_of_one_rabbit_tolerated_for_its_two_nodes(stack):
     assert set(stack.flux.drained()) == {"compute-03", "compute-04"}
 
 
-def test_failed_teardown_drains_the_jobs_nodes(stack):
-    dw = [JOBDW, "#DW Teardown action=error message=stuck_mount severity=Fatal"]
-    jobid = stack.submit(dw, nnodes=2)
+def test_failed_teardown_drains_only_the_node_still_mounted(stack):
+    stack.sim.faults.fail_unmount("compute-02")
+    jobid = stack.submit(JOBDW, nnodes=4)  # every node: wherever Flux places it
     info = stack.wait(jobid, timeout=WAIT)
     (failed,) = info.events("dws-teardown-failed")
     hosts = failed["context"]["drained"]
-    assert len(hosts) == 2
+    assert hosts == ["compute-02"]
     drained = stack.flux.drained()
-    assert set(drained) == set(hosts)
-    reason = drained[hosts[0]]
-    assert reason.startswith(
-        f"dws: job {f58(jobid)}: workflow fluxjob-health-{jobid} Teardown failed"
-    )
+    assert set(drained) == {"compute-02"}
+    reason = drained["compute-02"]
+    assert reason.startswith(f"dws: job {f58(jobid)}: unmount failed (workflow fluxjob-health-")
     shown = _status(stack, jobid)
-    assert "TEARDOWN" in shown and f"drained {','.join(hosts)}" in shown
+    assert "TEARDOWN" in shown and "drained compute-02" in shown
+    # our drain for a failed unmount makes the node Disabled for DWS; the others stay Enabled
+    wait_for(
+        lambda: _system_status(stack).get("compute-02") == "Disabled",
+        "compute-02 Disabled in SystemStatus",
+        WAIT,
+    )
+    assert _system_status(stack)["compute-01"] == "Enabled"
+
+
+def test_an_offline_broker_is_disabled_for_dws(stack):
+    if stack.backend != "fake":
+        pytest.skip("fakeflux can take a broker offline; a real one would have to die")
+    stack.flux.drains.offline.add(2)  # compute-03's rank
+    try:
+        wait_for(
+            lambda: _system_status(stack).get("compute-03") == "Disabled",
+            "compute-03 Disabled",
+            WAIT,
+        )
+    finally:
+        stack.flux.drains.offline.discard(2)
+    wait_for(lambda: _system_status(stack).get("compute-03") == "Enabled", "Enabled again", WAIT)
+
+
+def test_a_disabled_compute_is_not_unmounted_and_fails_nothing(stack):
+    """nnf-sos skips a Disabled compute's unmount: a stuck mount there does not fail Teardown."""
+    if stack.backend != "fake":
+        pytest.skip("fakeflux can take a broker offline; a real one would have to die")
+    stack.flux.drains.offline.add(3)  # compute-04's rank
+    stack.sim.faults.fail_unmount("compute-04")
+    try:
+        wait_for(lambda: _system_status(stack).get("compute-04") == "Disabled", "Disabled", WAIT)
+        jobid = stack.submit(JOBDW, nnodes=4)
+        info = stack.wait(jobid, timeout=WAIT)
+        assert info.result == "COMPLETED", info.exception
+        assert not info.events("dws-teardown-failed")
+    finally:
+        stack.flux.drains.offline.discard(3)
 
 
 def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
@@ -231,3 +270,45 @@ def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
     after = stack.api.request_counts()
     assert {k: after.get(k) for k in writes} == writes  # no write when nothing changed
     assert after[("list", "storages")] > before[("list", "storages")]
+
+
+def test_a_fresh_system_whose_storage_has_no_status_drains_nothing(stack):
+    """DWS creates the Storage objects bare; until nnf-sos reports, no node is drained."""
+    if stack.backend != "fake":
+        pytest.skip("pools are watched through fakeflux's stand-in for Fluxion here")
+    nodes = stack.service.health.nodes
+    nodes.fluxion = True
+    store = stack.api.store
+    saved = {}
+    for rabbit in stack.rabbits:
+        current = store.get("storages", "default", rabbit)
+        saved[rabbit] = current["status"]
+        bare = {k: v for k, v in current.items() if k != "status"}
+        store.replace("storages", "default", rabbit, bare)
+    try:
+        wait_for(
+            lambda: all(nodes.rabbits.get(r) is False for r in stack.rabbits), "pools down", WAIT
+        )
+        passes = stack.service.health.passes
+        wait_for(lambda: stack.service.health.passes > passes + 1, "two more passes", WAIT)
+        assert not stack.flux.drained()
+    finally:
+        for rabbit, status in saved.items():
+            current = store.get("storages", "default", rabbit)
+            store.replace("storages", "default", rabbit, {**current, "status": status})
+    wait_for(lambda: all(nodes.rabbits.get(r) for r in stack.rabbits), "pools up", WAIT)
+
+
+def test_a_compute_fenced_during_the_job_fails_it_and_is_drained(stack):
+    if stack.backend != "fake":
+        pytest.skip("the job's hosts are read from fakeflux")
+    jobid = stack.submit(JOBDW, nnodes=2, runtime=1.0)
+    stack.wait(jobid, state="RUN", timeout=WAIT)
+    victim = stack.flux.info(jobid).hosts[0]
+    rabbit = "rabbit-0" if victim in ("compute-01", "compute-02") else "rabbit-1"
+    stack.set_rabbit(rabbit, "Ready", links={victim: "Fenced"})
+    info = stack.wait(jobid, timeout=WAIT)
+    assert info.exception is not None, info.result
+    note = info.exception["note"]
+    assert "were fenced during the job" in note and victim in note
+    assert victim in stack.flux.drained()

@@ -462,6 +462,35 @@ def test_teardown_error_gives_up_deletes_and_lets_the_job_go():
     assert kinds(actions) == ["DeleteWorkflow"]
 
 
+def test_teardown_error_drains_only_the_nodes_still_mounted():
+    from flux_dws.core.health import Failures
+
+    hosts = ("c1", "c2", "c3")
+    j = job(JobPhase.EPILOG, started=True, hosts=hosts, **recorded(State.TEARDOWN, NOW + 100))
+    failed = wf(State.TEARDOWN, ready=False, status=Status.ERROR, message="umount hung")
+    assert kinds(decide(j, failed, POLICY, NOW))[0] == "ReadFailures"
+    stuck = Failures("Teardown", ("c2",), {"c2": "unmount failed: busy"})
+    actions = decide(dataclasses.replace(j, failures=stuck), failed, POLICY, NOW)
+    (drain,) = of(actions, lc.DrainNodes)
+    assert drain.hosts == ("c2",) and "unmount failed" in drain.reason
+    (event,) = of(actions, lc.PostEvent)
+    assert event.context["drained"] == ["c2"]
+    none = Failures("Teardown", (), {})
+    actions = decide(dataclasses.replace(j, failures=none), failed, POLICY, NOW)
+    assert not of(actions, lc.DrainNodes) and kinds(actions)[-1] == "DeleteWorkflow"
+
+
+def test_fenced_computes_fail_the_job_and_are_drained():
+    j = job(JobPhase.PROLOG, hosts=("c1", "c2"), **recorded(State.PRERUN, NOW + 100))
+    text = "Workflow failed: compute nodes [c2] were fenced during the job"
+    actions = decide(
+        j, wf(State.PRERUN, ready=False, status=Status.ERROR, message=text), POLICY, NOW
+    )
+    (drain,) = of(actions, lc.DrainNodes)
+    assert drain.hosts == ("c2",) and "fenced during the job" in drain.reason
+    assert "c2" in of(actions, lc.RaiseException)[0].note
+
+
 def test_workflow_in_a_state_the_job_phase_does_not_allow_is_torn_down():
     j = job(JobPhase.RUN, started=True, **recorded(State.POSTRUN))
     actions = decide(j, wf(State.POSTRUN), POLICY, NOW)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -307,6 +308,8 @@ def test_example_config_loads_and_documents_every_key() -> None:
     policy = load_policy(str(EXAMPLE))
     assert set(policy.presets) == {"small", "shared"}
     assert dict(policy.timeouts) == dict(DEFAULT_TIMEOUTS)
+    # it holds exactly the defaults, but for what it marks as an example (the presets)
+    assert dataclasses.replace(policy, presets={}) == Policy()
     text = EXAMPLE.read_text()
     for key in CONFIG_KEYS:
         assert f"{key} =" in text or f"[dws.{key}]" in text, key

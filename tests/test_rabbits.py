@@ -29,6 +29,7 @@ from flux_dws.core.rabbits import (
     GIB,
     RabbitError,
     allocated_rabbits,
+    excluded_hosts,
     rabbit_inventory,
     resource_graph,
 )
@@ -433,3 +434,62 @@ def test_rabbit_graph_command_from_the_live_api(kubeapi, tmp_path: Path) -> None
     assert main(argv, out=out, err=err) == 0, err.getvalue()
     config, storages = objects()
     assert json.loads(out.getvalue()) == resource_graph(R, rabbit_inventory(config, storages))
+
+
+def test_resource_exclude_leaves_nodes_out_of_the_graph(tmp_path: Path) -> None:
+    config, storages = objects()
+    rabbits = rabbit_inventory(config, storages)
+    assert excluded_hosts(R, "0-1") == {"compute-01", "compute-02"}
+    assert excluded_hosts(R, "compute-[03,05]") == {"compute-03", "compute-05"}
+    graph = resource_graph(R, rabbits, exclude={"compute-01", "compute-02", "compute-05"})
+    names = {v["metadata"]["name"] for v in graph["scheduling"]["graph"]["nodes"]}
+    assert {"compute-03", "compute-04", "compute-06", "rabbit-1"} <= names
+    assert not names & {"compute-01", "compute-02", "compute-05", "rabbit-0"}
+    with pytest.raises(RabbitError, match="resource.exclude"):
+        excluded_hosts(R, "compute-[")
+    # the command reads [resource] exclude from the instance's config (no FLUX_URI needed)
+    saved = {"items": [dict(config, kind="SystemConfiguration")]}
+    saved["items"] += [dict(s, kind="Storage") for s in storages]
+    (tmp_path / "dws.json").write_text(json.dumps(saved))
+    (tmp_path / "R.json").write_text(json.dumps(R))
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "resource.toml").write_text('[resource]\nexclude = "0-1"\n')
+    argv = ["rabbit-graph", "-R", str(tmp_path / "R.json"), "--from-file"]
+    argv += [str(tmp_path / "dws.json"), "--config", str(tmp_path / "conf.d")]
+    out = io.StringIO()
+    assert main(argv, out=out, err=io.StringIO()) == 0
+    left_out = resource_graph(R, rabbits, exclude={"compute-01", "compute-02"})
+    assert json.loads(out.getvalue()) == left_out
+    out = io.StringIO()
+    assert main([*argv, "--exclude", "compute-05"], out=out, err=io.StringIO()) == 0
+    assert json.loads(out.getvalue()) == resource_graph(R, rabbits, exclude={"compute-05"})
+
+
+def test_allocated_rabbits_read_fluxions_shorthand_jgf() -> None:
+    """rv1_shorthand: names left out when basename + id, sizes when 1, and every vertex under
+    an exclusively allocated one (resource/writers/match_writers.cpp)."""
+
+    def vertex(kind: str, path: str, **meta: object) -> dict:
+        return {"metadata": {"type": kind, "paths": {"containment": path}, **meta}}
+
+    R_job = {
+        "execution": {"nodelist": ["compute-[01-04]"], "R_lite": []},
+        "scheduling": {
+            "writer": "fluxion:jgf_shorthand",
+            "graph": {
+                "nodes": [
+                    vertex("ssd", "/cluster0/rabbit-0/ssd3"),  # no name, no size: 1
+                    vertex("node", "/cluster0/rabbit-0/compute-01", exclusive=True),
+                    vertex("chassis", "/cluster0/rabbit-1", name="rabbit-1", exclusive=True),
+                ]
+            },
+        },
+    }
+    served = {"compute-01": "rabbit-0", "compute-03": "rabbit-1", "compute-04": "rabbit-1"}
+    assert allocated_rabbits(R_job, served) == {
+        "rabbit-0": ["compute-01"],
+        "rabbit-1": ["compute-03", "compute-04"],
+    }
+    from flux_dws.core.rabbits import ssd_parts
+
+    assert ssd_parts(R_job) == {"rabbit-0": (("/cluster0/rabbit-0/ssd3", 1),)}

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from flux_dws.base import untrusted
 from flux_dws.cli.views import format_duration
+from flux_dws.core.health import hostlist
 from flux_dws.core.states import State
 from flux_dws.core.status import StateRow, job_summary
 
@@ -38,6 +39,28 @@ class Health:
     api_down_since: float | None = None
     states: list[StateRow] = field(default_factory=list)
     errors: list[tuple[float, str]] = field(default_factory=list)
+    drained: dict[str, str] = field(default_factory=dict)  # host -> reason, as Flux has it
+    rabbits_down: dict[str, str] = field(default_factory=dict)  # rabbit -> why
+    drift: dict[str, dict[str, int]] = field(default_factory=dict)  # rabbit -> bytes
+
+
+def _names(value: Any) -> dict[str, str]:
+    """A name -> text mapping from the report, each cut to one safe line."""
+    return {
+        untrusted.text(k, 64): untrusted.text(v, 200)
+        for k, v in untrusted.mapping(value).items()
+        if isinstance(k, str) and isinstance(v, str)
+    }
+
+
+def _drift(value: Any) -> dict[str, dict[str, int]]:
+    found: dict[str, dict[str, int]] = {}
+    for rabbit, entry in untrusted.mapping(value).items():
+        entry = untrusted.mapping(entry)
+        numbers = {k: untrusted.integer(entry.get(k), 0) for k in ("total", "expected", "free")}
+        if isinstance(rabbit, str) and all(v is not None for v in numbers.values()):
+            found[untrusted.text(rabbit, 64)] = numbers  # type: ignore[assignment]
+    return found
 
 
 def _num(value: Any) -> float | None:
@@ -76,6 +99,9 @@ def build_health(answer: Mapping[str, Any], now: float) -> Health:
         api_down_since=_num(api.get("since")),
         states=states,
         errors=errors[-ERRORS_SHOWN:],
+        drained=_names(untrusted.mapping(report.get("rabbits")).get("drained")),
+        rabbits_down=_names(untrusted.mapping(report.get("rabbits")).get("down")),
+        drift=_drift(untrusted.mapping(report.get("rabbits")).get("drift")),
     )
 
 
@@ -130,9 +156,32 @@ def render_health(view: Health, now: float, name: Callable[[int], str]) -> list[
                 f"          {row.state:<12} {row.jobs:>4}  {name(row.oldest):<15} "
                 f"{format_duration(now - row.since):>8}  {deadline}"
             )
+    lines += _render_rabbits(view)
     if view.errors:
         lines.append("last errors:")
         lines += [f"  {_clock(when)}  {text}" for when, text in view.errors]
+    return lines
+
+
+def _render_rabbits(view: Health) -> list[str]:
+    """Down rabbits, capacity drift and drained nodes (grouped by reason, as a hostlist)."""
+    lines = []
+    for rabbit, why in sorted(view.rabbits_down.items()):
+        lines.append(f"rabbit:   {rabbit} DOWN ({why}): no new job gets its storage")
+    gib = 2**30
+    for rabbit, d in sorted(view.drift.items()):
+        missing = (d["expected"] - d["free"]) / gib
+        lines.append(
+            f"rabbit:   {rabbit} CAPACITY DRIFT: {missing:.1f} GiB less free than its Servers "
+            f"explain (free {d['free'] / gib:.1f} GiB); kept from new jobs"
+        )
+    by_reason: dict[str, list[str]] = {}
+    for host, reason in view.drained.items():
+        by_reason.setdefault(reason, []).append(host)
+    if by_reason:
+        lines.append("drained:  NODES            REASON")
+        for reason, hosts in sorted(by_reason.items()):
+            lines.append(f"          {hostlist(hosts):<16} {reason or '(no reason)'}")
     return lines
 
 

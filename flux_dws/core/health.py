@@ -11,8 +11,10 @@ restarted service reaches the same answer and nothing flaps):
   (failure tolerance, stuck Teardown) say ``dws: job <id> ...`` and are left for an admin to
   undo, since the node itself may be broken.
 - ``system_status_patch``: the smallest merge patch that makes DWS's SystemStatus
-  ``data.nodes`` agree with Flux (Enabled when up and not drained, Disabled otherwise).
+  ``data.nodes`` agree with Flux by NNF's rule (``node_states``: Disabled only when the
+  broker is offline or flux-dws drained the node for a failed unmount or a fence).
 - ``tolerate``: whether a job's failed nodes fit within its ``dw_failure_tolerance``.
+- ``capacity_drifts``: rabbits with less free space than their Servers explain (a leak).
 
 Everything read from Kubernetes is untrusted: a malformed Storage gives a rabbit in
 ``Unknown`` state, never an exception.
@@ -20,6 +22,7 @@ Everything read from Kubernetes is untrusted: a malformed Storage gives a rabbit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +30,7 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.jobid import f58
+from flux_dws.core.rabbits import device_capacity, servers_held
 
 #: Every drain reason flux-dws writes starts with this; anything else is an admin's.
 DRAIN_TAG = "dws: "
@@ -52,6 +56,9 @@ STATUSES = (
 #: A rabbit in one of these still serves its healthy links: only nodes whose own link is
 #: down are affected.  Any other status takes every node the rabbit serves.
 PARTIAL = frozenset({"Ready", "Degraded"})
+#: Statuses that say NNF has not told yet (see Rabbit.not_yet): the pool is down, but no
+#: compute node is drained for them.
+NOT_YET = frozenset({"Unknown", "Starting"})
 MAX_NAME = 253  # a Kubernetes object name; longer text from the API is cut
 MAX_REASON = 200  # drain reasons are shown in `flux resource drain` tables
 
@@ -64,26 +71,54 @@ class Rabbit:
     status: str = "Unknown"  # status.status
     enabled: bool = True  # spec.state != Disabled
     links: Mapping[str, str] = field(default_factory=FrozenMap)  # compute -> link status
+    reboot_required: bool = False  # status.rebootRequired: nnf-sos's mark of a fenced rabbit
+    message: str = ""  # status.message
+    disable_reason: str = ""  # the disable_reason annotation (`nnf rabbit disable -r`)
+    drain_reason: str = ""  # the drain_reason annotation (`nnf rabbit drain -r`)
+    reported: bool = True  # the Storage has a status at all (DWS creates it without one)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "links", FrozenMap(dict(self.links)))
 
     @property
     def down(self) -> str | None:
-        """Why the whole rabbit is unusable (its ssd pool goes down), or None."""
+        """Why the whole rabbit is unusable (its ssd pool goes down), or None.
+
+        Degraded is usable (DWS: "ready but operating in a degraded state"), except when
+        nnf-sos sets it with ``rebootRequired`` for a rabbit that was fenced (STONITH):
+        dws_storage_controller.go writes Degraded, rebootRequired and "Storage node requires
+        reboot to recover from STONITH event"; such a rabbit holds nothing until rebooted.
+        """
         if not self.enabled:
-            return "Disabled by an admin (spec.state)"
+            why = f": {self.disable_reason}" if self.disable_reason else ""
+            return f"Disabled by an admin (spec.state){why}"
+        if self.status == "Degraded" and self.reboot_required:
+            return f"Degraded, reboot required ({self.message or 'fenced'})"
+        if self.status == "Drained" and self.drain_reason:
+            return f"Drained: {self.drain_reason}"
         if self.status not in PARTIAL:
             return self.status
         return None
 
+    @property
+    def not_yet(self) -> bool:
+        """NNF has not said what this rabbit is yet: no status (DWS's SystemConfiguration
+        controller creates each Storage bare; nnf-sos's DWSStorageReconciler fills it only once
+        the rabbit's NnfNode exists and the Storage is Live), ``Starting``, or ``Unknown``
+        (what nnf-sos's ConvertToDWSResourceStatus gives any NNF status it has no name for).
+        Every rabbit of a fresh system starts so; its pool stays down, its nodes undrained."""
+        return self.enabled and (not self.reported or self.status in NOT_YET)
+
     def link_down(self, compute: str) -> str | None:
-        """Why ``compute`` cannot use this rabbit, or None."""
+        """Why ``compute`` cannot use this rabbit, or None (never for a rabbit NNF has not
+        reported yet: a fresh system's nodes are not drained for it)."""
         whole = self.down
+        if whole and self.not_yet:
+            return None
         if whole:
             return f"rabbit {self.name} is {whole}"
         link = self.links.get(compute)
-        if link is not None and link != READY:
+        if link is not None and link != READY and link not in NOT_YET:
             return f"rabbit {self.name} link to {compute} is {link}"
         return None
 
@@ -118,11 +153,17 @@ def rabbit_from_storage(obj: Any) -> Rabbit | None:
             compute = _text(entry.get("name"))
             if compute is not None:
                 links[compute] = _status(entry.get("status"))
+    annotations = untrusted.mapping(meta.get("annotations"))
     return Rabbit(
         name=name,
         status=_status(status.get("status")),
         enabled=spec.get("state") != "Disabled",
         links=links,
+        reboot_required=status.get("rebootRequired") is True,
+        message=_text(status.get("message"), 120) or "",
+        disable_reason=_text(annotations.get("disable_reason"), 120) or "",
+        drain_reason=_text(annotations.get("drain_reason"), 120) or "",
+        reported=bool(status.get("status")),
     )
 
 
@@ -224,11 +265,34 @@ ENABLED = "Enabled"
 DISABLED = "Disabled"
 
 
+#: Our drain reasons for a node nnf-sos should give up on: it holds a mount that would not
+#: come off, or it was fenced (the text after ``dws: job <id>: ``).
+UNMOUNT_FAILED = "unmount failed"
+FENCED = "fenced during the job"
+
+
+def disables_node(reason: str | None) -> bool:
+    """Whether a drain makes the node Disabled in SystemStatus: only flux-dws's own drains
+    for a failed unmount or a fence (never an admin's, never a rabbit drain)."""
+    if not isinstance(reason, str) or not reason.startswith(JOB_DRAIN):
+        return False
+    _, _, why = reason[len(JOB_DRAIN) :].partition(": ")
+    return why.startswith((UNMOUNT_FAILED, FENCED))
+
+
 def node_states(
-    hosts: Iterable[str], drained: Iterable[str], offline: Iterable[str]
+    hosts: Iterable[str], drained: Mapping[str, str], offline: Iterable[str]
 ) -> dict[str, str]:
-    """Flux's view of each compute node for DWS: Enabled when up and not drained."""
-    down = set(drained) | set(offline)
+    """Flux's view of each compute node for DWS, by NNF's rule.
+
+    nnf-sos reads SystemStatus in one place: NnfAccess's ``checkOfflineOrFencedCompute``
+    (internal/controller/nnf_access_controller.go) counts a compute whose entry is Disabled
+    as offline, and then removes its ClientMount's finalizer *without unmounting*.  So a node
+    is Disabled only when it cannot unmount anyway (its broker is offline) or when flux-dws
+    gave up on it (drained for a failed unmount or a fence); any other drain (an admin's, a
+    rabbit's) leaves a live node Enabled, and its mounts are taken down as usual.
+    """
+    down = set(offline) | {h for h, reason in drained.items() if disables_node(reason)}
     return {h: DISABLED if h in down else ENABLED for h in hosts}
 
 
@@ -364,6 +428,100 @@ def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failure
     return Failures("PreRun", tuple(causes), causes)
 
 
+def unmount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failures:
+    """Teardown: the job's nodes whose ClientMount still shows a mount ``mounted`` or has
+    an error (a ClientMount already gone, or every mount unmounted, holds nothing)."""
+    causes: dict[str, str] = {}
+    for obj in clientmounts:
+        if not isinstance(obj, Mapping):
+            continue
+        spec = untrusted.mapping(obj.get("spec"))
+        status = untrusted.mapping(obj.get("status"))
+        node = _text(spec.get("node"))
+        if node is None or node not in hosts:
+            continue
+        error = status.get("error")
+        mounted = [
+            m
+            for m in untrusted.sequence(status.get("mounts"))
+            if untrusted.mapping(m).get("state") == "mounted"
+        ]
+        if error or mounted:
+            detail = error.get("userMessage") if isinstance(error, Mapping) else error
+            causes[node] = f"{UNMOUNT_FAILED}: {_text(detail, 200) or 'still mounted'}"
+    return Failures("Teardown", tuple(causes), causes)
+
+
+#: nnf-sos's fatal error once it unmounted a job whose computes were fenced (STONITH):
+#: ``WithUserMessage("Workflow failed: compute nodes %v were fenced during the job", ...)``
+#: in internal/controller/nnf_access_controller.go (``detectFencedComputes``); Go's ``%v``
+#: of a []string is ``[a b c]``.
+_FENCED_RE = re.compile(r"compute nodes \[([^\]]*)\] were fenced during the job")
+
+
+def fenced_nodes(message: str | None, hosts: Sequence[str]) -> tuple[str, ...]:
+    """The job's nodes a workflow message says were fenced (none when it says nothing)."""
+    found = _FENCED_RE.search(message) if isinstance(message, str) else None
+    if found is None:
+        return ()
+    named = set(found.group(1).split())
+    return tuple(h for h in hosts if h in named)
+
+
 def hostlist(hosts: Iterable[str]) -> str:
     """Hosts as a comma-separated list (what resource.drain takes as targets)."""
     return ",".join(sorted(set(hosts)))
+
+
+# ---- capacity truth ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A rabbit with less free space than the Servers resources explain.
+
+    ``expected`` is its total device capacity less what every Servers resource allocates on
+    it (Flux's jobs', other instances', persistent and system storage); ``free`` is Storage
+    ``status.capacity``, what nnf-sos says is unallocated.  ``missing`` bytes are held by
+    something no Servers accounts for: storage a failed Teardown left behind, a replaced
+    drive, or an allocation made around DWS.
+    """
+
+    rabbit: str
+    total: int
+    expected: int
+    free: int
+
+    @property
+    def missing(self) -> int:
+        return self.expected - self.free
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "expected": self.expected, "free": self.free}
+
+
+def capacity_drifts(
+    storages: Iterable[Any], servers: Iterable[Any], threshold: int
+) -> dict[str, Drift]:
+    """Rabbit -> Drift for each rabbit missing more than ``threshold`` bytes.
+
+    Only a shortfall counts: a Servers written but not yet allocated (a job between Proposal
+    and Setup) makes ``expected`` lower than ``free`` for a moment, which is no alarm.  A
+    Storage without devices or without a byte count in ``status.capacity`` is skipped.
+    """
+    held: dict[str, int] = {}
+    for obj in servers:
+        for rabbit, size in servers_held(obj).items():
+            held[rabbit] = held.get(rabbit, 0) + size
+    drifts: dict[str, Drift] = {}
+    for obj in storages:
+        rabbit = rabbit_from_storage(obj)
+        status = untrusted.mapping(untrusted.mapping(obj).get("status"))
+        total = device_capacity(status)
+        free = untrusted.integer(status.get("capacity"), 0)
+        if rabbit is None or total is None or free is None:
+            continue
+        drift = Drift(rabbit.name, total, total - held.get(rabbit.name, 0), free)
+        if drift.missing > threshold:
+            drifts[rabbit.name] = drift
+    return drifts

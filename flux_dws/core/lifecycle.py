@@ -24,7 +24,14 @@ from typing import Any, Union
 
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core.copies import pending_copies
-from flux_dws.core.health import Failures, job_reason, tolerate
+from flux_dws.core.health import (
+    FENCED,
+    UNMOUNT_FAILED,
+    Failures,
+    fenced_nodes,
+    job_reason,
+    tolerate,
+)
 from flux_dws.core.identity import FINALIZER
 from flux_dws.core.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.core.jobspec import release_update
@@ -216,8 +223,8 @@ class DeleteWorkflow:
 
 @dataclass(frozen=True)
 class ReadFailures:
-    """Find which compute nodes failed ``state`` (Servers in Setup, ClientMounts in PreRun)
-    into JobView.failures."""
+    """Find which compute nodes failed ``state`` (Servers in Setup, ClientMounts in PreRun,
+    ClientMounts still mounted in Teardown) into JobView.failures."""
 
     state: State
 
@@ -294,12 +301,13 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     elif _aborted(job):
         return actions + _abort(job, None, policy, now)
     else:
-        tolerance = _tolerance(job, workflow, policy, now)
+        fenced = _drain_fenced(job, workflow)  # never tolerated: NNF says the job failed
+        tolerance = None if fenced else _tolerance(job, workflow, policy, now)
         if tolerance is not None:
             return actions + tolerance
         problem = _failure(job, workflow, policy, now)
         if problem:
-            return actions + _abort(job, problem, policy, now)
+            return actions + fenced + _abort(job, problem, policy, now)
         actions += _advance(job, workflow, policy, now)
     wake = _next_wake(job, workflow, policy, now)
     if wake is not None:
@@ -499,7 +507,9 @@ def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> lis
     """Teardown: delete once done; give up (loudly, without holding the job) if it cannot be.
 
     Nodes of a job whose Teardown failed may hold a stuck mount: with ``[dws]
-    drain-on-teardown-failure`` they are drained, so the next job does not land on them.
+    drain-on-teardown-failure`` those whose ClientMount still shows a mount (or an error) are
+    drained, and only those, so the next job does not land on them.  A rabbit that still holds
+    the job's storage is kept from new jobs by the health monitor's capacity check.
     """
     actions = _torn_down(job)
     if wf.complete:
@@ -509,14 +519,20 @@ def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> lis
         actions.append(DeleteWorkflow())  # recorded (and drained) already
     elif stuck:
         drain = policy.drain_on_teardown_failure and bool(job.hosts)
+        if drain and (job.failures is None or job.failures.state != State.TEARDOWN.value):
+            return [*actions, ReadFailures(State.TEARDOWN)]  # which nodes still hold a mount
+        held = job.failures.nodes if drain and job.failures is not None else ()
+        fenced = _drain_fenced(job, wf)
+        actions += fenced
+        held = tuple(h for h in held if not any(h in a.hosts for a in fenced))
         context = {
             "workflow": wf.name,
             "reason": stuck,
-            "drained": list(job.hosts) if drain else [],
+            "drained": list(held),
         }
-        if drain:
-            why = f"workflow {wf.name} {stuck}"
-            actions.append(DrainNodes(job.hosts, job_reason(job.jobid, why)))
+        if held:
+            why = f"{UNMOUNT_FAILED} (workflow {wf.name} {stuck})"
+            actions.append(DrainNodes(held, job_reason(job.jobid, why)))
         actions.append(PostEvent("dws-teardown-failed", context))
         actions.append(DeleteWorkflow())
     return actions
@@ -578,6 +594,16 @@ def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> li
         )
     actions.append(ForceReady(keep))
     return actions
+
+
+def _drain_fenced(job: JobView, wf: WorkflowView) -> list[DrainNodes]:
+    """nnf-sos failed the workflow because some of the job's computes were fenced: drain
+    them (the reason makes them Disabled in SystemStatus, so NNF skips their unmount)."""
+    nodes = fenced_nodes(wf.user_message, job.hosts) if wf.failed else ()
+    if not nodes:
+        return []
+    why = f"{FENCED} (workflow {wf.name}: {wf.user_message})"
+    return [DrainNodes(nodes, job_reason(job.jobid, why))]
 
 
 def _teardown_stuck(job: JobView, wf: WorkflowView, now: float) -> str | None:

@@ -101,9 +101,12 @@ class Policy:
     max_proposals: int = 16  # workflows in Proposal at once (0: no limit); see admission.py
     api_threads: int = 4  # threads for Kubernetes calls (see service.KubeWorker sizing)
     # rabbit and node health (flux_dws.core.health, doc/guide/admin.rst):
-    drain_compute_nodes: bool = True  # drain nodes whose rabbit or rabbit link is down
+    # drain nodes whose rabbit or rabbit link is down: off, as Fluxion rejects any queued job
+    # larger than the nodes left up (the down rabbit's pool is marked down instead)
+    drain_compute_nodes: bool = False
     drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
     health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
+    capacity_drift: int = 64 * 2**30  # bytes a rabbit may miss before its pool is held down
     failure_tolerance_max: int = 0  # the most dw_failure_tolerance a job may ask for
     metrics_address: tuple[str, int] | None = None  # Prometheus endpoint (host, port); None: off
     max_directives: int = 100  # #DW directives one job may give
@@ -259,6 +262,13 @@ def _size(value: object, key: str) -> int:
         raise _fail(key, str(exc)) from None
 
 
+def _size_or_zero(value: object, key: str) -> int:
+    """A size string, or "0" / 0 for none (alarm on any shortfall)."""
+    if value in (0, "0", "0B"):
+        return 0
+    return _size(value, key)
+
+
 def _log_size(value: object, key: str) -> int:
     """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
     if isinstance(value, str):
@@ -373,6 +383,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "drain-compute-nodes": ("drain_compute_nodes", _boolean),
     "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
     "health-interval": ("health_interval", _interval),
+    "capacity-drift": ("capacity_drift", _size_or_zero),
     "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
     "metrics-address": ("metrics_address", _address),
     "max-directives": ("max_directives", partial(_count, least=1)),
@@ -399,7 +410,13 @@ def policy_from_table(table: Mapping[str, Any] | None) -> Policy:
 
 
 def load_policy(path: str) -> Policy:
-    """The Policy from a config file, or from a directory read as Flux reads its config dir.
+    """The Policy from a config file, or from a directory read as Flux reads its config dir
+    (:func:`load_config`)."""
+    return policy_from_table(load_config(path).get(TABLE))
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The whole instance config from a file or a directory, as flux-core reads it.
 
     Like flux-core: a directory means its ``*.toml`` glob (sorted, no hidden files), merged
     table by table (a later file's value wins); a single file may be TOML or, by extension, JSON.
@@ -414,7 +431,7 @@ def load_policy(path: str) -> Policy:
             config = _read_file(path)
     except OSError as exc:
         raise PolicyError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    return policy_from_table(config.get(TABLE))
+    return config
 
 
 def _read_file(path: str) -> dict[str, Any]:

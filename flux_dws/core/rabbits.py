@@ -5,8 +5,15 @@ Fluxion schedules what its resource graph holds.  flux-dws writes the instance's
 a JGF ``scheduling`` key in which each rabbit is a vertex that contains its compute nodes and its
 ``ssd`` pool sized in GiB, so a jobspec asking for a node together with SSD capacity gets both
 under the same rabbit.  Which nodes a rabbit serves comes from DWS's SystemConfiguration, its
-capacity and health from its Storage resource (dws-api.md section 7).  The job's own R, once
+health and devices from its Storage resource (dws-api.md section 7).  The job's own R, once
 Fluxion allocated it, says which rabbits the job got (:func:`allocated_rabbits`).
+
+A rabbit's pool is what Flux's jobs may have of it: its total device capacity, less what
+storage made outside the WLM holds (:func:`outside_allocations`).  Storage ``status.capacity``
+is *not* the total: nnf-sos copies it from NnfNode ``status.capacity``
+(internal/controller/dws_storage_controller.go), which nnf_node_controller.go sets to nnf-ec's
+``GuaranteedBytes``, the bytes still unallocated (nnf-ec pkg/manager-nnf/manager.go); the total
+is the sum of ``status.devices[].capacity``, one entry per drive.
 
 Everything read from Kubernetes or from R is untrusted: a malformed object is a
 :class:`RabbitError` with one line naming it.
@@ -43,9 +50,11 @@ class Rabbit:
 
     name: str
     computes: tuple[str, ...]
-    capacity: int  # bytes; 0 when DWS reports none
+    capacity: int  # bytes of the pool (total less outside allocations); 0 when none reported
     status: str  # Storage status.status ("NotPresent" when there is no Storage)
     enabled: bool  # Storage spec.state == Enabled
+    free: int | None = None  # Storage status.capacity: bytes nnf-sos says are unallocated
+    outside: int = 0  # bytes held by persistent and system storage (not Flux's to schedule)
 
     @property
     def usable(self) -> bool:
@@ -64,10 +73,73 @@ def _name(obj: Mapping[str, Any], what: str) -> str:
     return untrusted.field(name)
 
 
+#: Servers owned by these kinds hold storage that outlives any one job: a persistent file
+#: system (nnf-sos nnf_persistentstorageinstance_controller.go creates its Servers) and system
+#: storage (nnfsystemstorage_controller.go).  DWS labels every owned object with its owner's
+#: kind (dws api owner_labels.go, ``OwnerKindLabel``).
+OWNER_KIND_LABEL = "dataworkflowservices.github.io/owner.kind"
+OUTSIDE_KINDS = frozenset({"PersistentStorageInstance", "NnfSystemStorage"})
+
+
+def _count(value: Any) -> int:
+    """A byte or allocation count from the API; 0 for anything else (untrusted)."""
+    return untrusted.integer(value, 0) or 0
+
+
+def servers_held(servers: Mapping[str, Any]) -> dict[str, int]:
+    """Rabbit -> bytes one Servers resource allocates (allocationSize x allocationCount per
+    ``spec.allocationSets[].storage[]``, as nnf_storage_controller.go sizes each rabbit's
+    allocation); malformed entries count nothing."""
+    held: dict[str, int] = {}
+    spec = untrusted.mapping(untrusted.mapping(servers).get("spec"))
+    for aset in untrusted.sequence(spec.get("allocationSets")):
+        aset = untrusted.mapping(aset)
+        size = _count(aset.get("allocationSize"))
+        for entry in untrusted.sequence(aset.get("storage")):
+            entry = untrusted.mapping(entry)
+            name = entry.get("name")
+            if isinstance(name, str) and name:
+                count = entry.get("allocationCount", 1)
+                held[name] = held.get(name, 0) + size * (_count(count) or 1)
+    return held
+
+
+def owner_kind(obj: Any) -> str | None:
+    labels = untrusted.mapping(
+        untrusted.mapping(untrusted.mapping(obj).get("metadata")).get("labels")
+    )
+    kind = labels.get(OWNER_KIND_LABEL)
+    return kind if isinstance(kind, str) else None
+
+
+def outside_allocations(servers: Iterable[Any]) -> dict[str, int]:
+    """Rabbit -> bytes held by persistent and system storage (Servers owned by a
+    PersistentStorageInstance or an NnfSystemStorage): never in Flux's pool."""
+    held: dict[str, int] = {}
+    for obj in servers:
+        if owner_kind(obj) in OUTSIDE_KINDS:
+            for rabbit, size in servers_held(obj).items():
+                held[rabbit] = held.get(rabbit, 0) + size
+    return held
+
+
+def device_capacity(status: Mapping[str, Any]) -> int | None:
+    """Sum of ``status.devices[].capacity`` (nnf-sos writes 0 for a drive that is not Ready);
+    None when the Storage lists no device with a capacity."""
+    sizes = [
+        _count(untrusted.mapping(d).get("capacity"))
+        for d in untrusted.sequence(status.get("devices"))
+    ]
+    return sum(sizes) if any(sizes) else None
+
+
 def rabbit_inventory(
-    system_configuration: Mapping[str, Any], storages: Iterable[Mapping[str, Any]]
+    system_configuration: Mapping[str, Any],
+    storages: Iterable[Mapping[str, Any]],
+    servers: Iterable[Any] = (),
 ) -> dict[str, Rabbit]:
-    """Rabbit name -> Rabbit, from the SystemConfiguration and the Storage resources."""
+    """Rabbit name -> Rabbit, from the SystemConfiguration, the Storage resources and every
+    Servers resource (whose persistent and system storage shrink the pools)."""
     if not isinstance(system_configuration, Mapping):
         raise RabbitError("SystemConfiguration is not an object")
     spec = system_configuration.get("spec") or {}
@@ -79,6 +151,7 @@ def rabbit_inventory(
         if not isinstance(storage, Mapping):
             raise RabbitError("a Storage resource is not an object")
         by_storage[_name(storage, "a Storage resource")] = storage
+    outside = outside_allocations(servers)
     rabbits: dict[str, Rabbit] = {}
     for node in nodes:
         if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
@@ -94,11 +167,15 @@ def rabbit_inventory(
             if not isinstance(name, str) or not name:
                 raise RabbitError(f"SystemConfiguration {node['name']}: compute without a name")
             computes.append(name)
-        rabbits[node["name"]] = _rabbit(node["name"], computes, by_storage.get(node["name"]))
+        rabbits[node["name"]] = _rabbit(
+            node["name"], computes, by_storage.get(node["name"]), outside.get(node["name"], 0)
+        )
     return rabbits
 
 
-def _rabbit(name: str, computes: Sequence[str], storage: Mapping[str, Any] | None) -> Rabbit:
+def _rabbit(
+    name: str, computes: Sequence[str], storage: Mapping[str, Any] | None, outside: int = 0
+) -> Rabbit:
     if storage is None:
         return Rabbit(name, tuple(computes), 0, "NotPresent", False)
     spec = storage.get("spec") or {}
@@ -112,7 +189,11 @@ def _rabbit(name: str, computes: Sequence[str], storage: Mapping[str, Any] | Non
     if not isinstance(health, str):
         raise RabbitError(f"Storage {name}: status.status is not a string")
     enabled = spec.get("state", "Enabled") == "Enabled"
-    return Rabbit(name, tuple(computes), capacity, health or "Unknown", enabled)
+    # the total is the drives' sum; a Storage without devices (an older simulator, or nnf-sos
+    # before it listed the drives) only has status.capacity, the best figure there is
+    total = device_capacity(status)
+    pool = max(0, (capacity if total is None else total) - outside)
+    return Rabbit(name, tuple(computes), pool, health or "Unknown", enabled, capacity, outside)
 
 
 # ---- writing the graph -----------------------------------------------------------------------
@@ -218,22 +299,42 @@ def _chunks(gib: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+def excluded_hosts(R: Mapping[str, Any], exclude: str | None) -> frozenset[str]:
+    """The hosts of R that flux-core's ``[resource] exclude`` names: an idset of ranks
+    ("0-1") or a hostlist ("compute[01-02]"), as flux-core takes it."""
+    if not exclude:
+        return frozenset()
+    nodes = _nodes_of(R)
+    try:
+        if exclude.replace(",", "").replace("-", "").isdigit():
+            ranks = set(expand_idset(exclude))
+            return frozenset(n.host for n in nodes if n.rank in ranks)
+        return frozenset(expand_hostlist(exclude))
+    except HostlistError as exc:
+        raise RabbitError(f"resource.exclude {exclude!r} cannot be read: {exc}") from None
+
+
 def resource_graph(
     R: Mapping[str, Any],
     rabbits: Mapping[str, Rabbit],
     cluster: str = "cluster0",
     chunks: int = DEFAULT_CHUNKS,
+    exclude: Iterable[str] = (),
 ) -> dict[str, Any]:
     """A copy of ``R`` whose ``scheduling`` key holds the rabbit-aware JGF.
 
     Each rabbit serving at least one node of R becomes a ``chassis`` vertex holding those nodes
     and its SSD pool: ``chunks`` ``ssd`` vertices (at least one per node it holds) whose GiB add
     up to its capacity, down unless the rabbit is usable.  Nodes that no rabbit serves stay
-    directly under the cluster.  Properties (and so queues) are kept.
+    directly under the cluster.  Properties (and so queues) are kept.  Hosts in ``exclude``
+    (flux-core's ``[resource] exclude``) are left out of the graph: flux-core takes them out of
+    the R it gives the scheduler, and Fluxion, which schedules from the graph, must not see
+    them either; a rabbit left with none of R's nodes gets no vertex.
     """
     if chunks < 1:
         raise RabbitError(f"chunks must be at least 1, not {chunks}")
-    nodes = _nodes_of(R)
+    left_out = set(exclude)
+    nodes = [n for n in _nodes_of(R) if n.host not in left_out]
     served: dict[str, str] = {}
     for rabbit in sorted(rabbits.values(), key=lambda r: r.name):
         for host in rabbit.computes:
@@ -268,9 +369,21 @@ def resource_graph(
 # ---- reading an allocation -------------------------------------------------------------------
 
 
-def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str]] | None:
-    """(type, name, containment path) of each vertex of R's scheduling JGF that has a path;
-    None when R carries no vertex list.  R is untrusted: anything else is skipped."""
+@dataclass(frozen=True)
+class _Vertex:
+    type: Any
+    name: str  # metadata.name, else the last part of its path
+    path: str
+    size: int  # metadata.size (Fluxion leaves it out when it is 1)
+    exclusive: bool
+
+
+def _jgf_vertices(R: Any) -> list[_Vertex] | None:
+    """Each vertex of R's scheduling JGF that has a containment path; None when R carries no
+    vertex list.  Fluxion's JGF writer leaves out ``name`` when it is basename + id, and
+    ``size`` when it is 1 (resource/writers/match_writers.cpp, ``emit_vtx_base``), so the
+    path's last part names a vertex and 1 is its size then.  R is untrusted: anything else
+    is skipped."""
     scheduling = R.get("scheduling") if isinstance(R, Mapping) else None
     graph = scheduling.get("graph") if isinstance(scheduling, Mapping) else None
     vertices = graph.get("nodes") if isinstance(graph, Mapping) else None
@@ -282,36 +395,88 @@ def _jgf_vertices(R: Any) -> list[tuple[Any, Any, str]] | None:
         paths = meta.get("paths") if isinstance(meta, Mapping) else None
         path = paths.get("containment") if isinstance(paths, Mapping) else None
         if isinstance(path, str):
-            found.append((meta.get("type"), meta.get("name"), path))
+            name = meta.get("name")
+            name = name if isinstance(name, str) and name else posixpath.basename(path)
+            size = meta.get("size", 1)
+            found.append(
+                _Vertex(
+                    meta.get("type"),
+                    name,
+                    path,
+                    untrusted.integer(size, 0) or 0,
+                    meta.get("exclusive") is True,
+                )
+            )
     return found
 
 
-def allocated_rabbits(R: Mapping[str, Any] | None) -> dict[str, list[str]] | None:
+def _hosts_of(R: Any) -> list[str]:
+    execution = untrusted.mapping(untrusted.mapping(R).get("execution"))
+    try:
+        return [
+            h for e in untrusted.sequence(execution.get("nodelist")) for h in expand_hostlist(e)
+        ]
+    except (HostlistError, TypeError):
+        return []
+
+
+def allocated_rabbits(
+    R: Mapping[str, Any] | None, served: Mapping[str, str] | None = None
+) -> dict[str, list[str]] | None:
     """Rabbit -> the job's hosts under it, from the JGF Fluxion wrote into the job's R.
 
     A rabbit is the parent of an ``ssd`` vertex; a node under the same parent is served by it.
     None when R carries no ssd at all (not scheduled with rabbits).  Paths, not edges, are
     read, so a writer that leaves out the ancestors' vertices still gives the answer.
+
+    Fluxion's ``rv1_shorthand`` (writer ``fluxion:jgf_shorthand``) leaves out every vertex
+    under one allocated exclusively: a job given a whole rabbit shows its chassis alone.
+    Such a rabbit's hosts are R's own (``execution.nodelist``) that ``served`` (host ->
+    rabbit, from the SystemConfiguration) gives it.
     """
     vertices = _jgf_vertices(R) or []
-    ssd_parents = {posixpath.dirname(p) for kind, _, p in vertices if kind == SSD_TYPE}
-    if not ssd_parents:
+    ssd_parents = {posixpath.dirname(v.path) for v in vertices if v.type == SSD_TYPE}
+    whole = sorted({v.name for v in vertices if v.type == RABBIT_TYPE and v.exclusive})
+    if not ssd_parents and not whole:
         return None
     found: dict[str, list[str]] = {}
-    for kind, name, path in vertices:
-        parent = posixpath.dirname(path)
-        if kind == "node" and isinstance(name, str) and parent in ssd_parents:
-            found.setdefault(posixpath.basename(parent), []).append(name)
+    for v in vertices:
+        parent = posixpath.dirname(v.path)
+        if v.type == "node" and parent in ssd_parents:
+            found.setdefault(posixpath.basename(parent), []).append(v.name)
+    for rabbit in whole:
+        if rabbit not in found:
+            hosts = [h for h in _hosts_of(R) if (served or {}).get(h) == rabbit]
+            found[rabbit] = hosts
     return found
 
 
-def ssd_paths(R: Any) -> dict[str, tuple[str, ...]]:
-    """Rabbit -> the containment paths of its ssd vertices (to mark them up or down)."""
-    found: dict[str, list[str]] = {}
-    for kind, _, path in _jgf_vertices(R) or []:
-        if kind == SSD_TYPE:
-            found.setdefault(posixpath.basename(posixpath.dirname(path)), []).append(path)
-    return {rabbit: tuple(sorted(paths)) for rabbit, paths in found.items()}
+def ssd_parts(R: Any) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Rabbit -> (containment path, GiB) of each of its ssd vertices, by path."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for v in _jgf_vertices(R) or []:
+        if v.type == SSD_TYPE:
+            found.setdefault(posixpath.basename(posixpath.dirname(v.path)), []).append(
+                (v.path, v.size)
+            )
+    return {rabbit: tuple(sorted(parts)) for rabbit, parts in found.items()}
+
+
+def parts_to_hold(parts: Sequence[tuple[str, int]], hold: int) -> tuple[str, ...]:
+    """The paths of the fewest parts, taken from the end, whose GiB cover ``hold`` bytes
+    (every part when they do not): what to mark down so Fluxion cannot hand out capacity the
+    rabbit does not have.  Fluxion keeps a job's allocation on a part marked down, so a part
+    already in use is only kept from the next job."""
+    if hold <= 0:
+        return ()
+    taken: list[str] = []
+    covered = 0
+    for path, gib in reversed(parts):
+        if covered >= hold:
+            break
+        taken.append(path)
+        covered += gib * GIB
+    return tuple(sorted(taken))
 
 
 __all__ = [
@@ -322,7 +487,12 @@ __all__ = [
     "Rabbit",
     "RabbitError",
     "allocated_rabbits",
+    "device_capacity",
+    "excluded_hosts",
+    "outside_allocations",
+    "parts_to_hold",
     "rabbit_inventory",
+    "servers_held",
     "resource_graph",
-    "ssd_paths",
+    "ssd_parts",
 ]

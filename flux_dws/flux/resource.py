@@ -29,7 +29,7 @@ from typing import Any, Optional, Protocol
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.hostlist import expand_idset
-from flux_dws.core.rabbits import ssd_paths
+from flux_dws.core.rabbits import parts_to_hold, ssd_parts
 
 log = logging.getLogger("flux-dws")
 
@@ -49,12 +49,12 @@ class NodeStatus:
     ranks: Mapping[int, str] = field(default_factory=FrozenMap)  # rank -> hostname
     drained: Mapping[int, str] = field(default_factory=FrozenMap)  # rank -> reason
     offline: frozenset[int] = frozenset()
-    ssd_paths: Mapping[str, tuple[str, ...]] = field(default_factory=FrozenMap)
+    ssd_parts: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", FrozenMap(dict(sorted(self.ranks.items()))))
         object.__setattr__(self, "drained", FrozenMap(dict(sorted(self.drained.items()))))
-        object.__setattr__(self, "ssd_paths", FrozenMap(dict(self.ssd_paths)))
+        object.__setattr__(self, "ssd_parts", FrozenMap(dict(self.ssd_parts)))
 
     @classmethod
     def of_hosts(
@@ -103,8 +103,9 @@ class NodeControl(Protocol):
     def undrain(self, targets: str, on_done: Done) -> None:
         """Undrain ``targets`` (an idset of ranks: only those)."""
 
-    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
-        """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent)."""
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
+        """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent);
+        up but ``hold`` bytes kept down (the parts that cover them: capacity drift)."""
 
 
 def parse_resource_status(
@@ -125,7 +126,7 @@ def parse_resource_status(
             if rank in by_rank:
                 drained[rank] = untrusted.field(untrusted.mapping(info).get("reason"))
     offline = {r for r in expand_idset(str(response.get("offline") or "")) if r in by_rank}
-    return NodeStatus(by_rank, drained, frozenset(offline), ssd_paths(response.get("R")))
+    return NodeStatus(by_rank, drained, frozenset(offline), ssd_parts(response.get("R")))
 
 
 class FluxNodes:
@@ -134,7 +135,7 @@ class FluxNodes:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
         self._fluxion: bool | None = None  # unknown until the first set_status answers
-        self._paths: Mapping[str, tuple[str, ...]] = {}  # rabbit -> ssd paths in Fluxion
+        self._parts: Mapping[str, tuple[tuple[str, int], ...]] = {}  # rabbit -> ssd (path, GiB)
         self._asked_fluxion = False  # its graph was read once (find), whatever it held
         self._unplaced: set[str] = set()
 
@@ -171,8 +172,8 @@ class FluxNodes:
             except (ValueError, TypeError, AttributeError) as exc:
                 on_done(None, f"resource.status: unreadable answer: {exc}")
                 return
-            if status.ssd_paths:
-                self._paths = status.ssd_paths
+            if status.ssd_parts:
+                self._parts = status.ssd_parts
             on_done(status, None)
 
         self._rpc("resource.status", {}, answered)
@@ -198,17 +199,19 @@ class FluxNodes:
             elif error is not None:
                 log.warning("reading Fluxion's graph for rabbit pools failed: %s", error)
             elif isinstance(response, Mapping):
-                self._paths = ssd_paths({"scheduling": response.get("R")}) or self._paths
+                self._parts = ssd_parts({"scheduling": response.get("R")}) or self._parts
             then()
 
         payload = {"criteria": "status=up or status=down", "format": "jgf"}
         self._rpc("sched-fluxion-resource.find", payload, answered)
 
-    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
-        paths = self._paths.get(rabbit, ())
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
+        parts = self._parts.get(rabbit, ())
+        paths = [path for path, _ in parts]
         if not paths and not self._asked_fluxion and self._fluxion is not False:
-            self._read_fluxion_graph(lambda: self.mark_rabbit(rabbit, up, on_done))
+            self._read_fluxion_graph(lambda: self.mark_rabbit(rabbit, up, on_done, hold=hold))
             return
+        held = set(paths) if not up else set(parts_to_hold(parts, hold))
         if self._fluxion is False or not paths:
             if not paths and rabbit not in self._unplaced:
                 self._unplaced.add(rabbit)
@@ -233,5 +236,5 @@ class FluxNodes:
                 on_done(None if failed is None else f"sched-fluxion-resource.set_status: {failed}")
 
         for path in paths:
-            payload = {"resource_path": path, "status": "up" if up else "down"}
+            payload = {"resource_path": path, "status": "down" if path in held else "up"}
             self._rpc("sched-fluxion-resource.set_status", payload, answered)

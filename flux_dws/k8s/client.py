@@ -468,6 +468,21 @@ class KubeClient:
         )
         return list(result.get("items") or [])
 
+    def list_servers(self) -> list[dict]:
+        """Every Servers resource, in every namespace: the capacity each rabbit's allocations
+        hold, persistent and system storage's included (flux_dws.core.rabbits)."""
+        result = self.calls.call(
+            "list",
+            "servers",
+            "*",
+            self._custom.list_cluster_custom_object,
+            DWS_GROUP,
+            self.versions.workflow,
+            SERVERS,
+        )
+        items = result.get("items") if isinstance(result, Mapping) else None
+        return [i for i in items or [] if isinstance(i, dict)]
+
     def read_servers(self, namespace: str, name: str) -> dict | None:
         return self._get(
             "servers",

@@ -20,7 +20,7 @@ from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.base.untrusted import name_of
 from flux_dws.core import lifecycle as lc
-from flux_dws.core.health import Failures, mount_failures, setup_failures
+from flux_dws.core.health import Failures, mount_failures, setup_failures, unmount_failures
 from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.lifecycle import ProposalInfo
@@ -277,6 +277,8 @@ def read_failures(
     def read() -> Failures:
         if action.state is State.PRERUN:
             return mount_failures(x.kube.list_clientmounts(wf.name, wf.namespace), hosts)
+        if action.state is State.TEARDOWN:
+            return unmount_failures(x.kube.list_clientmounts(wf.name, wf.namespace), hosts)
         used["rabbits"] = served = rabbits()
         refs = sorted({n.servers for n in needs})
         servers = [x.kube.read_servers(ns, name) for ns, name in refs]

@@ -4,7 +4,11 @@
 One pass reads Flux's drain state (resource.status), then on a worker thread every Storage,
 the SystemConfiguration and the SystemStatus; flux_dws.core.health decides; this module drains and
 undrains through flux_dws.flux.resource, marks down rabbits' ssd pools in Fluxion, and writes
-only the SystemStatus entries that changed.  It is a periodic full comparison rather than an
+only the SystemStatus entries that changed.  Each pass also lists every Servers resource and
+compares each rabbit's free space with what they explain (flux_dws.core.health.capacity_drifts):
+a rabbit missing more than ``[dws] capacity-drift`` is logged, counted in ``report()`` (shown
+by `flux dws status`) and has that much of its pool kept down in Fluxion until it is explained.
+It is a periodic full comparison rather than an
 edge-triggered reaction, so a restarted service (or a missed change) converges on the next
 pass, and a pass that fails is simply repeated on the next one.  Passes never overlap.
 """
@@ -40,6 +44,7 @@ class Observed:
     rabbits: tuple[health.Rabbit, ...]
     served: Mapping[str, str]
     system_status: Any
+    drifts: Mapping[str, health.Drift]
 
 
 class HealthMonitor:
@@ -63,7 +68,9 @@ class HealthMonitor:
         self.last_plan: health.DrainPlan | None = None
         self.last_error: str | None = None
         self._down: dict[str, str] = {}  # rabbit -> why, as last logged / marked in Fluxion
+        self.drained: dict[str, str] = {}  # Flux's drained hosts -> reason, last pass
         self._marked: set[str] = set()  # rabbits whose pool state Fluxion holds as we want
+        self.drifts: dict[str, health.Drift] = {}  # rabbit -> its capacity drift, last pass
         self._running = False
         self._again = False
         self._timer: Timer | None = None
@@ -117,7 +124,10 @@ class HealthMonitor:
             storages = self.kube.list_storages()
             served = rabbit_map(self.kube.read_system_configuration())
             rabbits = tuple(r for r in map(health.rabbit_from_storage, storages) if r)
-            return Observed(rabbits, served, self.kube.read_system_status())
+            drifts = health.capacity_drifts(
+                storages, self.kube.list_servers(), self.policy.capacity_drift
+            )
+            return Observed(rabbits, served, self.kube.read_system_status(), drifts)
 
         def finished(result: Observed | None, exc: BaseException | None) -> None:
             self._decide(status, result, exc)  # delivered on the loop by the worker
@@ -140,6 +150,8 @@ class HealthMonitor:
         )
         self.last_plan = plan
         self._report_rabbits(plan.down_rabbits, {r.name for r in seen.rabbits})
+        self._report_drifts(seen.drifts)
+        self.drained = status.drained_hosts()
         drained = dict(status.drained)
         steps: list[Callable[[Callable[[str | None], None]], None]] = []
         by_reason: dict[str, list[int]] = {}
@@ -162,16 +174,21 @@ class HealthMonitor:
                 drained.pop(rank, None)
         for rabbit in sorted({r.name for r in seen.rabbits} - self._marked):
             up = rabbit not in plan.down_rabbits
-            steps.append(lambda done, r=rabbit, u=up: self._mark(r, u, done))
-        down = status.hosts_of(drained)
-        wanted = health.node_states(status.hosts, down, status.offline_hosts())
+            drift = self.drifts.get(rabbit)
+            hold = drift.missing if drift else 0
+            steps.append(lambda done, r=rabbit, u=up, h=hold: self._mark(r, u, h, done))
+        by_host: dict[str, str] = {}  # host -> reason of its lowest drained rank
+        for rank, reason in sorted(drained.items(), reverse=True):
+            if rank in status.ranks:
+                by_host[status.ranks[rank]] = reason
+        wanted = health.node_states(status.hosts, by_host, status.offline_hosts())
         patch = health.system_status_patch(seen.system_status, wanted)
         if patch is not None:
             exists = seen.system_status is not None
             steps.append(lambda done: self._write_status(patch, exists, done))
         self._run(steps, [])
 
-    def _mark(self, rabbit: str, up: bool, done: Callable[[str | None], None]) -> None:
+    def _mark(self, rabbit: str, up: bool, hold: int, done: Callable[[str | None], None]) -> None:
         """Tell Fluxion once per change; a refusal (e.g. no such vertex in its graph) is
         logged once and not retried until the rabbit changes again."""
 
@@ -186,7 +203,35 @@ class HealthMonitor:
                 )
             done(None)
 
-        self.nodes.mark_rabbit(rabbit, up, marked)
+        self.nodes.mark_rabbit(rabbit, up, marked, hold=hold)
+
+    def _report_drifts(self, drifts: Mapping[str, health.Drift]) -> None:
+        """Log each rabbit whose drift appears, changes or goes; its pool is marked again."""
+        gib = 2**30
+        for rabbit, drift in sorted(drifts.items()):
+            if self.drifts.get(rabbit) != drift:
+                log.warning(
+                    "rabbit %s: %.1f GiB less free than its Servers explain (free %.1f GiB, "
+                    "expected %.1f GiB): leaked or outside allocation? that much of its pool "
+                    "is kept from new jobs until it is explained",
+                    rabbit,
+                    drift.missing / gib,
+                    drift.free / gib,
+                    drift.expected / gib,
+                )
+                self._marked.discard(rabbit)
+        for rabbit in sorted(set(self.drifts) - set(drifts)):
+            log.info("rabbit %s: free capacity agrees with its Servers again", rabbit)
+            self._marked.discard(rabbit)
+        self.drifts = dict(drifts)
+
+    def report(self) -> dict[str, Any]:
+        """Rabbit and node health for the service's heartbeat report (`flux dws status`)."""
+        return {
+            "down": dict(self._down),
+            "drift": {rabbit: d.to_json() for rabbit, d in sorted(self.drifts.items())},
+            "drained": dict(sorted(self.drained.items())),
+        }
 
     def _report_rabbits(self, down: Mapping[str, str], known: set[str]) -> None:
         for rabbit, why in sorted(down.items()):

@@ -17,7 +17,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -110,6 +110,12 @@ class PromMetrics:
             "Seconds since the dws jobtap plugin last answered a heartbeat",
             registry=r,
         )
+        self.capacity_missing = Gauge(
+            "flux_dws_rabbit_capacity_missing_bytes",
+            "Bytes a rabbit has less free than its Servers explain, beyond [dws] capacity-drift",
+            ["rabbit"],
+            registry=r,
+        )
         self.queue = Gauge(
             "flux_dws_queue_depth",
             "Work waiting: kube (calls for a worker thread), inbox (watch events for the "
@@ -167,6 +173,8 @@ class PromMetrics:
         self.api_reachable.set(0 if snap.api_down_since else 1)
         self.api_down_since.set(snap.api_down_since or 0)
         self.heartbeat_age.set(snap.heartbeat_age if math.isfinite(snap.heartbeat_age) else -1)
+        for rabbit in set(self._known(self.capacity_missing)) | set(snap.missing):
+            self.capacity_missing.labels(rabbit).set(snap.missing.get(rabbit, 0))
         for name, depth in snap.queues.items():
             self.queue.labels(name).set(depth)
         self.reconcile.set(snap.reconcile)
@@ -225,6 +233,7 @@ class Snapshot:
     heartbeat_age: float
     queues: Mapping[str, int]
     reconcile: float
+    missing: Mapping[str, int] = field(default_factory=dict)  # rabbit -> bytes (drift)
 
 
 def _shown(host: str) -> str:

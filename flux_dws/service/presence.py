@@ -56,6 +56,7 @@ class Presence:
         held: Callable[[], list[int]],
         ready: Callable[[], bool],
         status: Callable[[], str],
+        rabbits: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -65,6 +66,7 @@ class Presence:
         self._held = held
         self._ready = ready
         self._status = status
+        self._rabbits = rabbits
         self.instance_gone = False  # the Flux instance went away: this one stopped
         self.role = "starting"  # then "active", or "standby" while another service is active
         self.peer = ""  # the active service, as the plugin described it to a standby
@@ -117,6 +119,7 @@ class Presence:
             "status": self._status(),
             "api": {"reachable": self.api_down_since is None, "since": self.api_down_since},
             "errors": [[when, text] for when, text in self.errors],
+            **({"rabbits": self._rabbits()} if self._rabbits else {}),
         }
 
     def _watch_records(self) -> None:

@@ -116,6 +116,7 @@ class Service:
             held=self.held_jobs,
             ready=lambda: self.reconciled_at is not None,
             status=lambda: self.upkeep.status_line(),
+            rabbits=self.health.report if self.health is not None else None,
         )
         self.upkeep = Upkeep(
             policy=policy,
@@ -186,6 +187,11 @@ class Service:
 
     def proposals_waiting(self) -> int:
         return len(self.window.waiting)
+
+    def capacity_missing(self) -> dict[str, int]:
+        if self.health is None:
+            return {}
+        return {rabbit: d.missing for rabbit, d in self.health.drifts.items()}
 
     # ------------------------------------------------------------------ observations
 

@@ -67,6 +67,10 @@ class Watched(Protocol):
 
     def proposals_waiting(self) -> int: ...
 
+    def capacity_missing(self) -> Mapping[str, int]:
+        """Rabbit -> bytes it misses beyond [dws] capacity-drift (the health monitor's)."""
+        ...
+
 
 class Upkeep:
     """The tick; see the module docstring.  Start and stop it on the loop's thread."""
@@ -212,4 +216,5 @@ class Upkeep:
                 "proposal": watched.proposals_waiting(),
             },
             reconcile=watched.last_reconcile,
+            missing=dict(watched.capacity_missing()),
         )

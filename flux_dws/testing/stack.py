@@ -59,6 +59,7 @@ class Stack:
         realflux: Mapping[str, Any] | None = None,
         rabbits: Mapping[str, Sequence[str]] | None = None,
         capacity: int | None = None,
+        system_storage: Mapping[str, int] | None = None,
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -74,6 +75,8 @@ class Stack:
         # instance's R holds these rabbits (flux_dws.core.rabbits.resource_graph).
         self.rabbits = None if rabbits is None else {r: list(c) for r, c in rabbits.items()}
         self.capacity = capacity
+        # rabbit -> bytes of system storage made before the instance's graph (outside the WLM)
+        self.system_storage = dict(system_storage or {})
         self.api_process = api_process
         self.service_process = service_process and backend == "fake"
         self._process: subprocess.Popen[str] | None = None
@@ -114,6 +117,8 @@ class Stack:
             self.sim = DwsSim(
                 self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
             ).start()
+            for rabbit, size in sorted(self.system_storage.items()):
+                self.sim.add_outside_storage(f"system-{rabbit}", rabbit, size)
         if self.backend == "flux":
             from flux_dws.testing.realflux import RealFlux
 
@@ -142,7 +147,8 @@ class Stack:
 
         config = self.api.store.get("systemconfigurations", "default", "default")
         storages, _ = self.api.store.list("storages", "default")
-        return resource_graph(plain_R(self.hosts), rabbit_inventory(config, storages))
+        servers, _ = self.api.store.list("servers", None)
+        return resource_graph(plain_R(self.hosts), rabbit_inventory(config, storages, servers))
 
     def _start_api_process(self) -> None:
         """kubeapi + dwssim in a process of their own, as a real API server would be."""

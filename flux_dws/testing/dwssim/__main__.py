@@ -17,8 +17,12 @@ import sys
 import tempfile
 import threading
 
+from flux_dws.core.directives import DirectiveError, parse_size
+from flux_dws.core.health import STATUSES
 from flux_dws.core.states import State
+from flux_dws.testing.dwssim.companions import RABBIT_CAPACITY, group_computes
 from flux_dws.testing.dwssim.controller import REALISTIC_DELAYS, DwsSim, resolve_delays
+from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.dwssim.seed import compute_names, seed
 from flux_dws.testing.kubeapi import Store
 from flux_dws.testing.kubeapi.server import KubeApi
@@ -57,8 +61,77 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--time-scale", type=float, default=1.0, help="multiplier for container profile seconds"
     )
+    parser.add_argument(
+        "--capacity",
+        type=capacity_arg,
+        action="append",
+        default=[],
+        metavar="[RABBIT=]SIZE",
+        help="each rabbit's drives in all (e.g. 2TiB), or one rabbit's (rabbit-1=500GiB); "
+        "repeatable (default 32TiB)",
+    )
+    parser.add_argument(
+        "--rabbit-status",
+        type=status_arg,
+        action="append",
+        default=[],
+        metavar="RABBIT=STATUS",
+        help="a rabbit's Storage status.status at start (e.g. rabbit-1=Offline); repeatable",
+    )
+    parser.add_argument(
+        "--fail-mount",
+        action="append",
+        default=[],
+        metavar="COMPUTE",
+        help="a compute node whose mount fails in PreRun (repeatable)",
+    )
+    parser.add_argument(
+        "--fail-unmount",
+        action="append",
+        default=[],
+        metavar="COMPUTE",
+        help="a compute node whose unmount hangs, so Teardown fails (repeatable)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     return parser.parse_args(argv)
+
+
+def capacity_arg(text: str) -> tuple[str | None, int]:
+    """ "2TiB" -> (None, bytes); "rabbit-1=500GiB" -> ("rabbit-1", bytes)."""
+    rabbit, sep, size = text.rpartition("=")
+    try:
+        return (rabbit if sep else None), parse_size(size)
+    except DirectiveError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def status_arg(text: str) -> tuple[str, str]:
+    rabbit, sep, status = text.partition("=")
+    if not sep or status not in STATUSES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected RABBIT=STATUS, STATUS one of {', '.join(STATUSES)}"
+        )
+    return rabbit, status
+
+
+def build(args: argparse.Namespace, delays: dict[State, float]) -> tuple[Store, DwsSim]:
+    """The seeded store and the simulator the command line asks for (ValueError if not)."""
+    store = Store()
+    sizes = dict(args.capacity)
+    every = sizes.pop(None, RABBIT_CAPACITY)
+    mapping = group_computes(compute_names(args.computes), args.per_rabbit)
+    unknown = sorted(({*sizes} | {r for r, _ in args.rabbit_status}) - set(mapping))
+    if unknown:
+        raise ValueError(f"no such rabbit: {', '.join(unknown)} (known: {', '.join(mapping)})")
+    seed(store, rabbits=mapping, capacity={r: sizes.get(r, every) for r in mapping})
+    for rabbit, status in args.rabbit_status:
+        set_rabbit_status(store, rabbit, status)
+    sim = DwsSim(store, delays=delays, time_scale=args.time_scale)
+    for compute in args.fail_mount:
+        sim.faults.fail_mount(compute)
+    for compute in args.fail_unmount:
+        sim.faults.fail_unmount(compute)
+    return store, sim
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     delays.update(dict(args.delay))
     try:
         resolve_delays(delays)
-        store = Store()
-        seed(store, compute_names(args.computes), per_rabbit=args.per_rabbit)
-        sim = DwsSim(store, delays=delays, time_scale=args.time_scale)
+        store, sim = build(args, delays)
     except ValueError as exc:
         print(f"dwssim: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,14 @@ A rabbit asked for more than its Storage resource says it has fails Setup the wa
 (a Fatal WLM error, "<rabbit>: insufficient capacity available"), so a scheduler that ignores
 capacity is caught by the tests.  Allocations are held from Setup until Teardown (or until the
 workflow is deleted).
+
+As in nnf-sos, a Storage resource's ``status.devices[].capacity`` add up to the rabbit's total
+and ``status.capacity`` is what is still unallocated (NnfNode's ``GuaranteedBytes``): every
+change to what the ledger holds is published there.  Besides the workflows' allocations the
+ledger holds persistent and system storage (a Servers owned by an NnfSystemStorage or a
+PersistentStorageInstance, made outside the WLM) and leaks (storage a failed Teardown left on a
+rabbit, with no Servers at all), so tests can make Flux's and the rabbits' ideas of free
+capacity drift apart.
 """
 
 from __future__ import annotations
@@ -12,6 +20,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from typing import Any
+
+from flux_dws.core.rabbits import OWNER_KIND_LABEL, device_capacity
+from flux_dws.testing.dwssim.companions import STORAGE_NAMESPACE, api_object
+from flux_dws.testing.kubeapi.errors import ApiError
 
 
 def requested(servers: Mapping[str, Any]) -> dict[str, int]:
@@ -64,3 +76,70 @@ class CapacityLedger:
                 for rabbit, size in held.items():
                     total[rabbit] = total.get(rabbit, 0) + size
             return total
+
+
+def storage_totals(store: Any) -> dict[str, int | None]:
+    """Rabbit -> its total capacity: the sum of its devices' (status.capacity where it lists
+    none); None where the Storage reports neither."""
+    items, _ = store.list("storages", STORAGE_NAMESPACE, shared=True)
+    found: dict[str, int | None] = {}
+    for item in items:
+        status = item.get("status") or {}
+        total = device_capacity(status)
+        if total is None:
+            capacity = status.get("capacity")
+            total = capacity if isinstance(capacity, int) else None
+        found[item["metadata"]["name"]] = total
+    return found
+
+
+def publish_free(store: Any, ledger: CapacityLedger) -> None:
+    """Write each rabbit's unallocated bytes to its Storage ``status.capacity`` (where it
+    changed; Storage resources without devices are left as they are)."""
+    held = ledger.held()
+    items, _ = store.list("storages", STORAGE_NAMESPACE, shared=True)
+    for item in items:
+        status = item.get("status") or {}
+        total = device_capacity(status)
+        name = item["metadata"]["name"]
+        if total is None:
+            continue
+        free = max(0, total - held.get(name, 0))
+        for _ in range(8):
+            current = store.get("storages", STORAGE_NAMESPACE, name)
+            if (current.get("status") or {}).get("capacity") == free:
+                break
+            new = dict(current, status={**(current.get("status") or {}), "capacity": free})
+            try:
+                store.replace("storages", STORAGE_NAMESPACE, name, new)
+                break
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+
+
+def outside_servers(name: str, rabbit: str, size: int, kind: str) -> dict[str, Any]:
+    """The Servers nnf-sos makes for system storage (``kind`` NnfSystemStorage) or a persistent
+    file system (PersistentStorageInstance): one allocation of ``size`` on ``rabbit``."""
+    return {
+        **api_object("servers"),
+        "metadata": {
+            "name": name,
+            "namespace": STORAGE_NAMESPACE,
+            "labels": {
+                OWNER_KIND_LABEL: kind,
+                "dataworkflowservices.github.io/owner.name": name,
+                "dataworkflowservices.github.io/owner.namespace": STORAGE_NAMESPACE,
+            },
+        },
+        "spec": {
+            "allocationSets": [
+                {
+                    "label": "xfs",
+                    "allocationSize": int(size),
+                    "storage": [{"name": rabbit, "allocationCount": 1}],
+                }
+            ]
+        },
+        "status": {"ready": True},
+    }

@@ -264,6 +264,25 @@ STORAGE_NAMESPACE = "default"
 RABBIT_CAPACITY = 32 * 2**40
 
 
+#: Drives a simulated rabbit lists in Storage ``status.devices`` (a real one has 16).
+DRIVES = 4
+
+
+def devices(capacity: int, drives: int = DRIVES) -> list[dict[str, Any]]:
+    """Storage ``status.devices``: ``drives`` Ready NVMe drives adding up to ``capacity``."""
+    base, extra = divmod(int(capacity), drives)
+    return [
+        {
+            "slot": str(i),
+            "model": "dwssim NVMe",
+            "status": "Ready",
+            "capacity": base + (extra if i == 0 else 0),
+            "wearLevel": 0,
+        }
+        for i in range(drives)
+    ]
+
+
 def storage_resource(
     rabbit: str, computes_: Sequence[str], capacity: int = RABBIT_CAPACITY
 ) -> dict[str, Any]:
@@ -288,7 +307,7 @@ def storage_resource(
                 "servers": [{"name": rabbit, "status": "Ready"}],
                 "computes": [{"name": c, "status": "Ready"} for c in computes_],
             },
-            "devices": [],
+            "devices": devices(capacity),
         },
     }
 

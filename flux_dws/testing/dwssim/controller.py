@@ -38,7 +38,13 @@ from flux_dws.testing.dwssim import datamovement as dm
 from flux_dws.testing.dwssim import faults as flt
 from flux_dws.testing.dwssim import persistent as pst
 from flux_dws.testing.dwssim import pods as pd
-from flux_dws.testing.dwssim.capacity import CapacityLedger, requested
+from flux_dws.testing.dwssim.capacity import (
+    CapacityLedger,
+    outside_servers,
+    publish_free,
+    requested,
+    storage_totals,
+)
 from flux_dws.testing.dwssim.containers import (
     PROFILE_NAMESPACE,
     PROFILE_PLURAL,
@@ -445,6 +451,7 @@ class DwsSim:
         uid = (workflow.get("metadata") or {}).get("uid", "")
         self._release_ports(uid)
         self.capacity.release(uid)
+        publish_free(self._store, self.capacity)
         self._parsed.pop(uid, None)
         self._entered.pop(uid, None)
 
@@ -651,6 +658,7 @@ class DwsSim:
         short = self.capacity.take(
             (meta.get("uid", ""), d.index), requested(servers), self._rabbit_capacity()
         )
+        publish_free(self._store, self.capacity)
         if short is not None:
             return ResourceError(
                 f"{short}: insufficient capacity available",
@@ -709,13 +717,29 @@ class DwsSim:
         return Complete()
 
     def _rabbit_capacity(self) -> dict[str, int | None]:
-        """Rabbit -> status.capacity of its Storage resource (None where it reports none)."""
-        items, _ = self._store.list("storages", cmp.STORAGE_NAMESPACE, shared=True)
-        found: dict[str, int | None] = {}
-        for item in items:
-            capacity = (item.get("status") or {}).get("capacity")
-            found[item["metadata"]["name"]] = capacity if isinstance(capacity, int) else None
-        return found
+        """Rabbit -> total capacity of its Storage resource (None where it reports none)."""
+        return storage_totals(self._store)
+
+    def add_outside_storage(
+        self, name: str, rabbit: str, size: int, kind: str = "NnfSystemStorage"
+    ) -> None:
+        """Storage made outside the WLM (system storage, or a persistent file system): its
+        Servers in DWS's namespace and ``size`` bytes taken from ``rabbit``."""
+        self._store.create(
+            "servers", cmp.STORAGE_NAMESPACE, outside_servers(name, rabbit, size, kind)
+        )
+        self.capacity.take(("outside:" + name, 0), {rabbit: size}, {})
+        publish_free(self._store, self.capacity)
+
+    def leak(self, rabbit: str, size: int, name: str = "leak") -> None:
+        """``size`` bytes left allocated on ``rabbit`` with no Servers (a failed Teardown's
+        NnfNodeBlockStorage nnf-sos never deleted); ``unleak`` frees them."""
+        self.capacity.take(("leak:" + name, 0), {rabbit: size}, {})
+        publish_free(self._store, self.capacity)
+
+    def unleak(self, name: str = "leak") -> None:
+        self.capacity.release("leak:" + name)
+        publish_free(self._store, self.capacity)
 
     def _prerun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         meta = wf["metadata"]
@@ -782,6 +806,9 @@ class DwsSim:
         return dm.verdict(objects, state)
 
     def _postrun(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command in ("jobdw", "persistentdw"):
+            _, fenced = self._unmount(wf)
+            return flt.fence_failure(fenced) if fenced else Complete()
         if d.command != "container":
             return Complete()
         settings = self._profile(wf, d)
@@ -798,6 +825,10 @@ class DwsSim:
         return verdict
 
     def _teardown(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        if d.command in ("jobdw", "persistentdw"):
+            stuck, _ = self._unmount(wf)
+            if stuck:
+                return flt.unmount_failure(stuck)
         if d.command == "persistentdw":
             return self._use_persistent(wf, d, add=False)
         if d.command == "destroy_persistent":
@@ -805,6 +836,7 @@ class DwsSim:
         if d.command == "container":
             self._release_ports(wf["metadata"].get("uid", ""))
         self.capacity.release(wf["metadata"].get("uid", ""))
+        publish_free(self._store, self.capacity)
         if d.command in ("container", "copy_in", "copy_out"):
             self._delete_labelled(wf, "pods" if d.command == "container" else dm.PLURAL)
         return Complete()
@@ -820,6 +852,44 @@ class DwsSim:
         for host in hosts:
             self._ensure("clientmounts", flt.clientmount(wf, d.index, host, path, host in broken))
         return [h for h in hosts if h in broken]
+
+    def _unmount(self, wf: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """nnf-sos unmounts the workflow's ClientMounts (PostRun; Teardown again): the
+        computes whose unmount hangs (``Faults.unmount``), and those fenced.  Computes
+        Disabled in SystemStatus, or Offline or Fenced in their rabbit's Storage, are
+        skipped, never tried (``checkOfflineOrFencedCompute``)."""
+        meta = wf["metadata"]
+        selector = (
+            f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
+            f"{cmp.WORKFLOW_NAMESPACE_LABEL}={meta['namespace']}"
+        )
+        items, _ = self._store.list("clientmounts", None, selector, shared=True)
+        status = self._get("systemstatuses", "default", "default") or {}
+        disabled = {
+            n for n, s in ((status.get("data") or {}).get("nodes") or {}).items() if s == "Disabled"
+        }
+        storages, _ = self._store.list("storages", cmp.STORAGE_NAMESPACE, shared=True)
+        links = flt.link_states(storages)
+        hung = self.faults.stuck()
+        stuck, fenced = [], []
+        for item in items:
+            node = (item.get("spec") or {}).get("node", "")
+            if links.get(node) == "Fenced":
+                fenced.append(node)
+            if node in disabled or links.get(node) in ("Offline", "Fenced"):
+                continue
+            if node in hung:
+                stuck.append(node)
+            new = flt.unmounted(item, node in hung)
+            if new != item:
+                where = item["metadata"]
+                try:
+                    self._store.replace("clientmounts", where["namespace"], where["name"], new)
+                    self._count("clientmounts")
+                except ApiError as exc:
+                    if exc.code not in (404, 409):
+                        raise
+        return sorted(stuck), sorted(fenced)
 
     def _delete_labelled(
         self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()

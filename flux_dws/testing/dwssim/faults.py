@@ -10,6 +10,13 @@
 - ``Faults.mount`` names compute nodes whose mount fails in PreRun: nnf-sos's ClientMount for
   that node (one per compute per workflow, in a namespace named after the compute, with the
   workflow's labels) shows ``status.error`` and an unready mount, and PreRun fails.
+- ``Faults.unmount`` names compute nodes whose unmount hangs in PostRun: their ClientMount stays
+  ``mounted`` with ``status.error``, and Teardown fails naming them.  A compute DWS's
+  SystemStatus lists as Disabled is skipped, as nnf-sos's ``checkOfflineOrFencedCompute``
+  does: no unmount is tried on it (its ClientMount is left as it is until Teardown deletes it),
+  so a stuck mount there fails nothing.  A compute whose Storage link is Offline or Fenced is
+  skipped too; a Fenced one fails the workflow in PostRun with nnf-sos's "compute nodes [...]
+  were fenced during the job" (``set_rabbit(..., links={node: "Fenced"})`` fences one).
 
 forceReady is honoured by the DWS controller (status.force_ready), as in DWS: the state goes
 Ready/Completed with "Forced Ready" whatever the driver entries say; the failed entries stay
@@ -36,6 +43,7 @@ class Faults:
 
     setup: set[str] = field(default_factory=set)  # rabbits whose Setup fails
     mount: set[str] = field(default_factory=set)  # computes whose mount fails
+    unmount: set[str] = field(default_factory=set)  # computes whose unmount hangs
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fail_setup(self, rabbit: str, fail: bool = True) -> None:
@@ -45,6 +53,14 @@ class Faults:
     def fail_mount(self, compute: str, fail: bool = True) -> None:
         with self._lock:
             (self.mount.add if fail else self.mount.discard)(compute)
+
+    def fail_unmount(self, compute: str, fail: bool = True) -> None:
+        with self._lock:
+            (self.unmount.add if fail else self.unmount.discard)(compute)
+
+    def stuck(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.unmount)
 
     def snapshot(self) -> tuple[frozenset[str], frozenset[str]]:
         with self._lock:
@@ -73,7 +89,9 @@ def storage_status_update(
         elif links is not None:
             link = entry.get("status", "Ready")
         else:
-            link = "Ready" if status == "Ready" else "Offline"
+            # links come from NnfNode's servers, not from the rabbit's own status: a
+            # Degraded rabbit still reaches its computes
+            link = "Ready" if status in ("Ready", "Degraded") else "Offline"
         computes.append({"name": name, "status": link})
     access["computes"] = computes
     access["servers"] = [
@@ -131,13 +149,16 @@ def failed_servers_status(status: Mapping[str, Any], failed: Iterable[str]) -> d
     return {**status, "ready": False, "allocationSets": sets, "error": error}
 
 
+def _fatal(user_message: str, debug: str) -> Fail:
+    return ResourceError(user_message, debug, severity=FATAL).fail()
+
+
 def setup_failure(failed: Sequence[str]) -> Fail:
     names = ", ".join(sorted(failed))
-    return ResourceError(
+    return _fatal(
         f"could not create file system on rabbit(s) {names}",
         f"storage allocation failed on {names}",
-        severity=FATAL,
-    ).fail()
+    )
 
 
 # ---- PreRun: ClientMounts ------------------------------------------------------------------
@@ -172,8 +193,57 @@ def clientmount(
 
 def mount_failure(failed: Sequence[str]) -> Fail:
     names = ", ".join(sorted(failed))
-    return ResourceError(
-        f"could not mount file system on compute node(s) {names}",
-        f"ClientMount error on {names}",
-        severity=FATAL,
-    ).fail()
+    return _fatal(
+        f"could not mount file system on compute node(s) {names}", f"ClientMount error on {names}"
+    )
+
+
+# ---- PostRun and Teardown: unmounting ------------------------------------------------------
+
+
+def unmounted(clientmount: Mapping[str, Any], stuck: bool) -> dict[str, Any]:
+    """A ClientMount after nnf-sos tried to unmount it: ``unmounted``, or still ``mounted``
+    with an error when the unmount hangs."""
+    spec = {**(clientmount.get("spec") or {}), "desiredState": "unmounted"}
+    mounts = [
+        {**m, "state": "mounted" if stuck else "unmounted", "ready": not stuck}
+        for m in (clientmount.get("status") or {}).get("mounts") or []
+    ]
+    status: dict[str, Any] = {"mounts": mounts, "allReady": not stuck}
+    if stuck:
+        node = spec.get("node", "")
+        status["error"] = {
+            "severity": "Major",
+            "type": "Internal",
+            "userMessage": f"could not unmount file system on {node}",
+            "debugMessage": f"umount on {node}: target is busy",
+        }
+    return {**clientmount, "spec": spec, "status": status}
+
+
+def unmount_failure(stuck: Sequence[str]) -> Fail:
+    names = ", ".join(sorted(stuck))
+    return _fatal(
+        f"could not unmount file system on compute node(s) {names}",
+        f"ClientMount unmount error on {names}",
+    )
+
+
+def fence_failure(fenced: Sequence[str]) -> Fail:
+    """nnf-sos's ``detectFencedComputes`` error once a job's computes were fenced (Go's
+    ``%v`` of a []string: ``[a b]``)."""
+    names = " ".join(sorted(fenced))
+    return _fatal(
+        f"Workflow failed: compute nodes [{names}] were fenced during the job",
+        f"compute nodes have been fenced: [{names}]",
+    )
+
+
+def link_states(storages: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Compute -> its link status in the rabbits' Storage ``status.access.computes``."""
+    found: dict[str, str] = {}
+    for storage in storages:
+        for entry in ((storage.get("status") or {}).get("access") or {}).get("computes") or []:
+            if isinstance(entry, Mapping) and entry.get("name"):
+                found[entry["name"]] = str(entry.get("status", ""))
+    return found

@@ -128,6 +128,7 @@ class FakeNodes:
         self.flux = flux
         self.client_loop = client_loop
         self.rabbits: dict[str, bool] = {}  # what a Fluxion would hold: rabbit -> up
+        self.held: dict[str, int] = {}  # rabbit -> bytes its pool keeps down (capacity drift)
         self.fluxion = False  # fakeflux has no Fluxion unless a test says so
 
     def _call(self, fn: Callable[[], Any], on_done: Callable[[Any, str | None], None]) -> None:
@@ -153,11 +154,12 @@ class FakeNodes:
     def undrain(self, targets: str, on_done: Done) -> None:
         self._call(lambda: self.flux.undrain_on_loop(targets, "update"), lambda _r, e: on_done(e))
 
-    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
         if not self.fluxion:
             on_done(None)
             return
         self.rabbits[rabbit] = up
+        self.held[rabbit] = hold if up else 0
         on_done(None)
 
 
@@ -216,5 +218,5 @@ class TransportNodes:
         payload = {"targets": targets, "mode": "update"}
         self.transport.rpc("resource.undrain", payload, lambda _r, e: on_done(e and str(e)))
 
-    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+    def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
         on_done(None)  # fakeflux has no Fluxion

@@ -738,7 +738,10 @@ class KubeApi:
         }
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-        with open(path, "w") as handle:
+        # only its owner may read it, as a real kubeconfig (it holds the credentials)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
+        with os.fdopen(fd, "w") as handle:
             json.dump(config, handle, indent=2)  # JSON is YAML: both clients read it
         self.kubeconfig = path
         return path
