@@ -22,6 +22,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.hostlist import HostlistError, expand_hostlist, expand_idset
+from flux_dws.base.sizes import MAX_BYTES
 
 GIB = 2**30
 #: The vertex type of a rabbit: a chassis, as in the existing Flux integration's graph, so the
@@ -85,6 +86,9 @@ def rabbit_inventory(
             raise RabbitError("SystemConfiguration storageNodes entry without a name")
         if node.get("type", "Rabbit") != "Rabbit":
             continue
+        problem = untrusted.object_name_problem(node["name"], "SystemConfiguration rabbit")
+        if problem:
+            raise RabbitError(problem)
         access = node.get("computesAccess") or []
         if not isinstance(access, list):
             raise RabbitError(f"SystemConfiguration {node['name']}: computesAccess is not a list")
@@ -218,6 +222,25 @@ def _chunks(gib: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+#: The most parts a pool is split into: each is a vertex Fluxion matches against.
+MAX_CHUNKS = 4096
+
+
+def _check_sizes(rabbits: Iterable[Rabbit]) -> None:
+    """RabbitError for a capacity flux-core or Fluxion could not load: every size in JGF, and
+    their sum that Fluxion keeps per subtree, must be an int64."""
+    total = 0
+    for rabbit in rabbits:
+        if untrusted.count(rabbit.capacity, MAX_BYTES) is None:
+            raise RabbitError(
+                f"Storage {untrusted.text(rabbit.name, untrusted.ECHO_LIMIT)}: capacity "
+                f"{untrusted.echo(rabbit.capacity)} is not a byte count from 0 to {MAX_BYTES}"
+            )
+        total += rabbit.gib
+    if total > MAX_BYTES:
+        raise RabbitError(f"the rabbits' capacities add up to more than {MAX_BYTES} GiB")
+
+
 def resource_graph(
     R: Mapping[str, Any],
     rabbits: Mapping[str, Rabbit],
@@ -231,8 +254,9 @@ def resource_graph(
     up to its capacity, down unless the rabbit is usable.  Nodes that no rabbit serves stay
     directly under the cluster.  Properties (and so queues) are kept.
     """
-    if chunks < 1:
-        raise RabbitError(f"chunks must be at least 1, not {chunks}")
+    if not 1 <= chunks <= MAX_CHUNKS:
+        raise RabbitError(f"chunks must be from 1 to {MAX_CHUNKS}, not {chunks}")
+    _check_sizes(rabbits.values())
     nodes = _nodes_of(R)
     served: dict[str, str] = {}
     for rabbit in sorted(rabbits.values(), key=lambda r: r.name):
