@@ -158,6 +158,22 @@ def test_two_directives_whose_sum_passes_int64_fail_the_job_clearly() -> None:
     needs = [need("xfs", PER_COMPUTE, huge), need("xfs", PER_COMPUTE, huge)]
     with pytest.raises(StorageError, match=r"^the job's xfs storage add up to more than"):
         jobspec_storage(needs)
+    breakdowns = [
+        {
+            "metadata": {"name": f"bd-{i}"},
+            "status": {
+                "storage": {
+                    "reference": {"namespace": "default", "name": f"srv-{i}"},
+                    "allocationSets": [
+                        {"allocationStrategy": PER_COMPUTE, "minimumCapacity": huge, "label": "xfs"}
+                    ],
+                }
+            },
+        }
+        for i in range(2)
+    ]
+    with pytest.raises(StorageError, match="add up to more than"):  # read at Proposal
+        needs_from_breakdowns(breakdowns)
     for rabbit_scheduling in (False, True):
         with pytest.raises(StorageError, match="add up to more than"):
             release_update(NODES, needs, {}, rabbit_scheduling)

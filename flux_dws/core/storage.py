@@ -67,7 +67,8 @@ class AllocationNeed:
 
 def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ...]:
     """Every allocation set of every breakdown; StorageError, one line naming the breakdown
-    and the field, for one that reports an error or has a field of the wrong type."""
+    and the field, for one that reports an error or has a field of the wrong type or out of
+    range, or when the sizes add up past an int64."""
     needs: list[AllocationNeed] = []
     for i, bd in enumerate(breakdowns):
         if not isinstance(bd, Mapping):
@@ -123,6 +124,7 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
                     count=count if isinstance(count, int) and count > 0 else None,
                 )
             )
+    jobspec_storage(needs)  # its sums go into dws-proposal and the release: int64, or refused
     return tuple(needs)
 
 
