@@ -413,3 +413,28 @@ def test_without_a_system_configuration_storage_less_jobs_run_and_others_fail_cl
     assert info.result != "COMPLETED"
     assert info.exception is not None
     assert "no SystemConfiguration 'default' yet" in info.exception.get("note", "")
+
+
+@PROPERTY
+@given(
+    st.lists(st.one_of(st.integers(0, 2**64), st.just(MAX_BYTES)), min_size=1, max_size=4),
+    st.integers(1, 64),
+)
+def test_the_graph_is_loadable_or_refused_whatever_the_capacities(capacities, chunks) -> None:
+    computes = {f"rabbit-{i}": [f"c{i}"] for i in range(len(capacities))}
+    config = system_configuration(computes)
+    storages = [storage_resource(r, c, cap) for (r, c), cap in zip(computes.items(), capacities)]
+    R_n = {
+        "version": 1,
+        "execution": {
+            "R_lite": [{"rank": f"0-{len(capacities) - 1}", "children": {"core": "0"}}],
+            "nodelist": [f"c[0-{len(capacities) - 1}]"],
+        },
+    }
+    try:
+        graph = resource_graph(R_n, rabbit_inventory(config, storages), chunks=chunks)
+    except RabbitError as exc:
+        assert "\n" not in str(exc) and max(capacities) > MAX_BYTES
+        return
+    sizes = [v["metadata"]["size"] for v in graph["scheduling"]["graph"]["nodes"]]
+    assert all(0 <= s <= MAX_BYTES for s in sizes) and sum(sizes) <= MAX_BYTES
