@@ -5,8 +5,11 @@ Pure functions.  Once Proposal is ready, nnf-sos has said in the DirectiveBreakd
 job's storage needs (:class:`flux_dws.core.storage.AllocationNeed`).  With rabbits in the resource
 graph (:mod:`flux_dws.core.rabbits`), the dependency release replaces the job's top-level ``node``
 request by ``slot[rabbit] x N -> (node x 1, ssd x G)``: Fluxion then gives each node G GiB of
-SSD from a pool under the same rabbit.  Per-compute file systems (xfs, gfs2, raw) count in full
-on every node; Lustre targets are spread over the job's nodes.  The site's limits
+SSD from a pool under the same rabbit.  G follows the rule the Servers plan keeps to
+(:func:`flux_dws.core.storage.reserve_per_node`): per-compute file systems (xfs, gfs2, raw)
+count in full on every node, Lustre OSTs are spread over the job's nodes, and a target DWS puts
+on one rabbit (an MGT or MDT) counts in full on every node, since the rabbit that gets it is
+not known before placement.  The site's limits
 (``[dws.storage.<type>]``) bound what one node may ask for and round each allocation up.
 """
 
