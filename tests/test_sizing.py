@@ -438,3 +438,18 @@ def test_the_graph_is_loadable_or_refused_whatever_the_capacities(capacities, ch
         return
     sizes = [v["metadata"]["size"] for v in graph["scheduling"]["graph"]["nodes"]]
     assert all(0 <= s <= MAX_BYTES for s in sizes) and sum(sizes) <= MAX_BYTES
+
+
+def test_two_directives_past_int64_fail_their_job_and_block_no_other() -> None:
+    """issue 22 item 1, through the service: the job fails at Proposal with one line, and
+    the next #DW job runs (before, the release was retried forever holding a Proposal slot)."""
+    from flux_dws.testing.stack import Stack
+
+    huge = [f"#DW jobdw type=xfs capacity=5000000TiB name=big-{n}" for n in "ab"]
+    with Stack(hosts=2) as stack:
+        bad = stack.wait(stack.submit(huge, nnodes=1), timeout=60)
+        assert bad.result != "COMPLETED" and bad.exception is not None
+        note = bad.exception.get("note", "")
+        assert "xfs storage add up to more than" in note and "\n" not in note
+        good = stack.submit("#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=1)
+        assert stack.wait(good, timeout=60).result == "COMPLETED"
