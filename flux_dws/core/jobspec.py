@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flux_dws.base.sizes import MAX_BYTES, MAX_COUNT, bounded_sum, ceil_div
+from flux_dws.base.sizes import MAX_BYTES, MAX_COUNT, ceil_div
 from flux_dws.core.directives import Directive, parse_size
 from flux_dws.core.rabbits import GIB, SSD_TYPE
 from flux_dws.core.storage import (
@@ -28,6 +28,7 @@ from flux_dws.core.storage import (
     PER_COMPUTE,
     AllocationNeed,
     StorageError,
+    add_sizes,
     jobspec_storage,
     reserve_per_node,
 )
@@ -57,13 +58,6 @@ def fs_type(label: str) -> str:
 
 def _gib(size: int) -> int:
     return ceil_div(size, GIB)
-
-
-def _add(total: int, size: int, what: str) -> int:
-    try:
-        return bounded_sum((total, size), what)
-    except ValueError as exc:
-        raise StorageError(f"the job's {exc}") from None
 
 
 def _show(size: int) -> str:
@@ -97,7 +91,7 @@ def bytes_per_node(
         fs = fs_type(need.label)
         size = max(need.capacity, limits.get(fs, NO_LIMIT).min_allocation)
         share = size if need.strategy == PER_COMPUTE else ceil_div(size, nnodes)
-        per_node[fs] = _add(per_node.get(fs, 0), share, f"{fs} storage per node")
+        per_node[fs] = add_sizes(per_node.get(fs, 0), share, f"{fs} storage per node")
     return per_node
 
 
@@ -112,7 +106,7 @@ def reserved_gib(
     total = 0
     for need in needs:
         share = reserve_per_node(need, nnodes, least.get(need.label, 0))
-        total = _add(total, share, "rabbit storage per node")
+        total = add_sizes(total, share, "rabbit storage per node")
     return _gib(total)
 
 
@@ -134,7 +128,7 @@ def directive_bytes_per_node(
             if not nnodes:
                 continue
             size = ceil_div(size, nnodes)
-        per_node[fs] = _add(per_node.get(fs, 0), size, f"{fs} storage per node")
+        per_node[fs] = add_sizes(per_node.get(fs, 0), size, f"{fs} storage per node")
     return per_node
 
 

@@ -165,11 +165,13 @@ def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
     shared: dict[str, int] = {}
     for need in needs:
         into = per_compute if need.strategy == PER_COMPUTE else shared
-        into[need.label] = _add(into.get(need.label, 0), need.capacity, f"{need.label} storage")
+        into[need.label] = add_sizes(
+            into.get(need.label, 0), need.capacity, f"{need.label} storage"
+        )
     return {"per_compute": per_compute, "shared": shared}
 
 
-def _add(total: int, size: int, what: str) -> int:
+def add_sizes(total: int, size: int, what: str) -> int:
     """``total + size``, or StorageError when the sum passes what Flux and DWS hold (int64):
     such a figure would be refused by the jobtap plugin's JSON parser, wedging the job."""
     try:
