@@ -59,7 +59,12 @@ def _load_own_package() -> None:
 _load_own_package()
 
 from flux_dws.base.errors import PolicyError, RequestError  # noqa: E402 - needs the package above
-from flux_dws.core.jobspec import check_per_node, directive_bytes_per_node, node_count  # noqa: E402
+from flux_dws.core.jobspec import (  # noqa: E402
+    check_per_node,
+    directive_bytes_per_node,
+    node_count,
+    without_ssd,
+)
 from flux_dws.core.policy import TABLE, Policy, policy_from_table  # noqa: E402
 from flux_dws.core.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes  # noqa: E402
 from flux_dws.core.storage import StorageError  # noqa: E402
@@ -80,6 +85,8 @@ def validate_attributes(
     ``resources``, for the site's storage limits), or None to accept."""
     try:
         request = request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
+        if request is not None:  # a user's own ssd is replaced at release; deeper, refused
+            resources = without_ssd(resources)
         if request is not None and policy.storage_limits:
             nnodes = node_count(resources)
             per_node = directive_bytes_per_node(request.directives, nnodes, policy.storage_limits)

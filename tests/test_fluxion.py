@@ -165,3 +165,31 @@ def test_a_chassis_request_gets_its_nodes_and_ssd_from_one_rabbit(stack):
     assert update["context"]["resources"][0]["with"][-1]["count"] == 60  # 30 GiB x 2 nodes
     placed = allocated_rabbits(stack.flux.job_R(jobid))
     assert len(placed) == 1 and len(next(iter(placed.values()))) == 2, placed
+
+
+def test_a_lustre_job_over_two_rabbits_reserves_its_mdt_where_servers_put_it(stack):
+    """issue 21: 120 GiB of OSTs over 2 nodes (too much for one 100 GiB rabbit, so one node
+    on each) and the 32 GiB MDT on one of them.  Reserving only 60 + 16 GiB a node left
+    Fluxion 24 GiB free on each rabbit where DWS had 8 on the MDT's: a 20 GiB job placed
+    there failed in Setup.  Now each node reserves 60 + 32 and the small jobs wait."""
+    lustre = stack.submit(
+        "#DW jobdw type=lustre capacity=120GiB name=scratch", nnodes=2, runtime=None
+    )
+    stack.wait_event(lustre, "start", timeout=120)
+    small = []
+    try:
+        assert sorted(allocated_rabbits(stack.flux.job_R(lustre))) == ["rabbit-0", "rabbit-1"]
+        updates = [e for e in stack.flux.eventlog(lustre) if e["name"] == "jobspec-update"]
+        slot = next(e["context"]["resources"][0] for e in updates if "resources" in e["context"])
+        assert slot["with"][1]["count"] >= 60 + 32
+        small = [stack.submit(XFS_20, nnodes=1, runtime=0.0) for _ in range(2)]
+        time.sleep(2.0)  # room for Fluxion to place them now, were its pools too large
+    finally:
+        stack.cancel(lustre)
+        stack.wait(lustre, timeout=120)
+    for jobid in small:
+        info = stack.wait(jobid, timeout=120)
+        assert info.result == "COMPLETED", (info.exception, stack.flux.service_log()[-2000:])
+
+
+XFS_20 = "#DW jobdw type=xfs capacity=20GiB name=scratch"

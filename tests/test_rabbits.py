@@ -206,7 +206,7 @@ def test_rewrite_gives_each_node_its_share_under_a_rabbit_slot() -> None:
             "label": "rabbit",
             "with": [
                 {"type": "node", "count": 1, "with": NODE_REQUEST[0]["with"]},
-                # 60 per node + ceil(100/4)=25 + ceil(1/4 GiB) rounded up to a whole GiB
+                # 60 per node + ceil(100/4)=25 + the whole MGT, on any node's rabbit
                 {"type": "ssd", "count": 60 + 25 + 1, "exclusive": True},
             ],
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 
 from flux_dws.base.errors import DirectiveError, quote
@@ -22,6 +23,8 @@ for _i, _p in enumerate("KMGTP", start=1):
     _UNITS[_p] = _UNITS[_p + "B"] = 1000**_i
     _UNITS[_p + "iB"] = 1024**_i
 MAX_BYTES = 2**63 - 1  # what a Kubernetes quantity (and nnf-sos's int64) holds
+#: The largest count Fluxion's jobspec parser takes (an unsigned 32-bit count).
+MAX_COUNT = 2**32 - 1
 _MAX_SIZE_TEXT = 64
 
 
@@ -41,6 +44,23 @@ def size_bytes(text: str) -> int:
     if size > MAX_BYTES:
         raise ValueError("is too large")
     return size
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    """``numerator / denominator`` rounded up, in integers: a float quotient loses bytes
+    beyond 2**53 (a need of 2**62+1 bytes would ask for a GiB too few)."""
+    return -(-numerator // denominator)
+
+
+def bounded_sum(sizes: Iterable[int], what: str, limit: int = MAX_BYTES) -> int:
+    """The sum of ``sizes``, or ValueError naming ``what`` when it passes ``limit``
+    (jansson's int64, for a figure that goes to Flux or DWS)."""
+    total = 0
+    for size in sizes:
+        total += size
+        if total > limit:
+            raise ValueError(f"{what} add up to more than {limit} bytes")
+    return total
 
 
 def parse_size(text: str) -> int:

@@ -26,6 +26,7 @@ surrogate or undecodable byte becomes U+FFFD; a cut text ends in ``...``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -267,3 +268,22 @@ __all__ = [
     "sequence",
     "text",
 ]
+
+
+#: A Kubernetes object name (an RFC 1123 subdomain), as DWS names its Storage after a rabbit.
+_OBJECT_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_OBJECT_NAME_LIMIT = 253
+
+
+def object_name_problem(value: Any, what: str = "name") -> str | None:
+    """Why ``value`` cannot name a Kubernetes object such as a rabbit's Storage (None if it
+    can): an RFC 1123 subdomain of at most 253 characters, and not all digits, which Flux
+    and hostlists would read as a number.  The text is one line, echoing the value safely."""
+    if not isinstance(value, str):
+        return f"{what} {echo(value)} is not a string"
+    if len(value) > _OBJECT_NAME_LIMIT or not _OBJECT_NAME_RE.fullmatch(value) or value.isdigit():
+        return (
+            f"{what} {echo(value)} is not a DNS-1123 name (lowercase letters, digits, '-' and"
+            " '.', beginning and ending with a letter or digit, not all digits)"
+        )
+    return None

@@ -5,19 +5,22 @@ Pure functions.  Once Proposal is ready, nnf-sos has said in the DirectiveBreakd
 job's storage needs (:class:`flux_dws.core.storage.AllocationNeed`).  With rabbits in the resource
 graph (:mod:`flux_dws.core.rabbits`), the dependency release replaces the job's top-level ``node``
 request by ``slot[rabbit] x N -> (node x 1, ssd x G)``: Fluxion then gives each node G GiB of
-SSD from a pool under the same rabbit.  Per-compute file systems (xfs, gfs2, raw) count in full
-on every node; Lustre targets are spread over the job's nodes.  The site's limits
+SSD from a pool under the same rabbit.  G follows the rule the Servers plan keeps to
+(:func:`flux_dws.core.storage.reserve_per_node`): per-compute file systems (xfs, gfs2, raw)
+count in full on every node, Lustre OSTs are spread over the job's nodes, and a target DWS puts
+on one rabbit (an MGT or MDT) counts in full on every node, since the rabbit that gets it is
+not known before placement.  The site's limits
 (``[dws.storage.<type>]``) bound what one node may ask for and round each allocation up.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flux_dws.base.sizes import MAX_BYTES, MAX_COUNT, ceil_div
 from flux_dws.core.directives import Directive, parse_size
 from flux_dws.core.rabbits import GIB, SSD_TYPE
 from flux_dws.core.storage import (
@@ -25,7 +28,9 @@ from flux_dws.core.storage import (
     PER_COMPUTE,
     AllocationNeed,
     StorageError,
+    add_sizes,
     jobspec_storage,
+    reserve_per_node,
 )
 
 #: File-system types a site may bound, and the allocation-set labels that count as each.
@@ -52,7 +57,7 @@ def fs_type(label: str) -> str:
 
 
 def _gib(size: int) -> int:
-    return math.ceil(size / GIB)
+    return ceil_div(size, GIB)
 
 
 def _show(size: int) -> str:
@@ -85,9 +90,24 @@ def bytes_per_node(
     for need in needs:
         fs = fs_type(need.label)
         size = max(need.capacity, limits.get(fs, NO_LIMIT).min_allocation)
-        share = size if need.strategy == PER_COMPUTE else math.ceil(size / nnodes)
-        per_node[fs] = per_node.get(fs, 0) + share
+        share = size if need.strategy == PER_COMPUTE else ceil_div(size, nnodes)
+        per_node[fs] = add_sizes(per_node.get(fs, 0), share, f"{fs} storage per node")
     return per_node
+
+
+def reserved_gib(
+    needs: Sequence[AllocationNeed], nnodes: int, limits: Mapping[str, StorageLimit]
+) -> int:
+    """GiB of SSD each of the job's ``nnodes`` nodes reserves in Fluxion: the sum of
+    :func:`flux_dws.core.storage.reserve_per_node` over the needs, the one rule the Servers
+    plan keeps to.  It may be more than :func:`bytes_per_node` (what the site's per-node
+    limits are checked against): a Lustre MGT or MDT counts in full on every node."""
+    least = min_allocations(limits)
+    total = 0
+    for need in needs:
+        share = reserve_per_node(need, nnodes, least.get(need.label, 0))
+        total = add_sizes(total, share, "rabbit storage per node")
+    return _gib(total)
 
 
 def directive_bytes_per_node(
@@ -107,8 +127,8 @@ def directive_bytes_per_node(
         if fs == "lustre":
             if not nnodes:
                 continue
-            size = math.ceil(size / nnodes)
-        per_node[fs] = per_node.get(fs, 0) + size
+            size = ceil_div(size, nnodes)
+        per_node[fs] = add_sizes(per_node.get(fs, 0), size, f"{fs} storage per node")
     return per_node
 
 
@@ -140,15 +160,52 @@ def node_count(resources: Any) -> int | None:
     return None
 
 
-def has_ssd(resources: Any) -> bool:
-    """Were the resources rewritten already (an ``ssd`` request under the top level)?"""
-    if not isinstance(resources, list):
+def _has_ssd(resource: Any) -> bool:
+    if not isinstance(resource, Mapping):
         return False
-    for top in resources:
-        for child in (top.get("with") or []) if isinstance(top, Mapping) else []:
-            if isinstance(child, Mapping) and child.get("type") == SSD_TYPE:
-                return True
-    return False
+    children = resource.get("with")
+    return resource.get("type") == SSD_TYPE or any(
+        _has_ssd(c) for c in (children if isinstance(children, list) else [])
+    )
+
+
+def has_ssd(resources: Any) -> bool:
+    """Do the resources ask for ``ssd`` anywhere (rewritten already, or the user's own)?"""
+    return isinstance(resources, list) and any(_has_ssd(top) for top in resources)
+
+
+def without_ssd(resources: Any) -> Any:
+    """The resources as the user asked before any rewrite: a ``slot[rabbit]`` of nodes made
+    a ``node x N`` again and every top-level ``ssd`` taken out.  The rewrite is the only
+    source of ssd (a user's own would let Fluxion reserve less than DWS allocates), so it
+    starts from these.  StorageError for ``ssd`` deeper down, which cannot be taken out."""
+    if not has_ssd(resources) or len(resources) != 1 or not isinstance(resources[0], Mapping):
+        return resources
+    top = dict(resources[0])
+    kids = [
+        c
+        for c in top.get("with") or []
+        if not (isinstance(c, Mapping) and c.get("type") == SSD_TYPE)
+    ]
+    nodes = [c for c in kids if isinstance(c, Mapping) and c.get("type") == "node"]
+    if (
+        top.get("type") == "slot"
+        and top.get("label") == RABBIT_SLOT
+        and len(kids) == 1 == len(nodes)
+    ):
+        node, count = dict(nodes[0]), _count(top)
+        if count is not None and _count(node) == 1:
+            top, kids = node, list(node.get("with") or [])
+            top["count"] = count
+    top["with"] = kids
+    if not kids:
+        del top["with"]
+    if has_ssd([top]):
+        raise StorageError(
+            "the job's resources ask for ssd themselves; rabbit storage is asked for with "
+            "#DW jobdw, and flux-dws adds the ssd"
+        )
+    return [top]
 
 
 def rabbit_resources(
@@ -158,37 +215,57 @@ def rabbit_resources(
 
     A top-level ``node x N`` becomes ``slot[rabbit] x N -> (node x 1, ssd x G)``; a ``slot`` or
     ``chassis`` of k nodes gets ``ssd x k*G`` beside its nodes, so they and their SSD come from
-    one rabbit.  None when the job needs no rabbit storage, or when the resources carry ``ssd``
-    already (a release repeated after a restart must not rewrite them twice).  StorageError, in
-    one line, when the request names no node count or is over a site limit.
+    one rabbit.  G is :func:`reserved_gib`.  Any ``ssd`` already there (the user's own, or this
+    rewrite's on a release repeated after a restart) is replaced, so the same job always gets
+    the same resources and the site limits are always checked.  None when that changes
+    nothing; StorageError, in one line, when the request names no node count, is over a site
+    limit or asks for more than Fluxion's counts and Flux's int64 hold.
     """
-    if has_ssd(resources) or not needs:
-        return None
-    nnodes = node_count(resources)
+    original = without_ssd(resources)
+    if not needs:  # no rabbit storage: only a user's own ssd to take out
+        return None if original == resources else original
+    nnodes = node_count(original)
     if nnodes is None:
         raise StorageError(
             "a job with rabbit storage must ask for whole nodes (flux run -N), so that each "
             "node gets its share of SSD"
         )
-    per_node = bytes_per_node(needs, nnodes, limits)
-    check_per_node(per_node, limits)
-    gib = sum(_gib(size) for size in per_node.values())
+    check_per_node(bytes_per_node(needs, nnodes, limits), limits)
+    gib = reserved_gib(needs, nnodes, limits)
     if gib < 1:  # breakdowns asking for nothing: nothing to place
-        return None
-    top = copy.deepcopy(dict(resources[0]))
+        return None if original == resources else original
+    top = copy.deepcopy(dict(original[0]))
+    per = 1 if top["type"] == "node" else _grouped_nodes(top) or 1
+    _check_counts(nnodes, gib, per)
     if top["type"] != "node":
-        per = _grouped_nodes(top) or 1
         top["with"] = [*top["with"], {"type": SSD_TYPE, "count": gib * per, "exclusive": True}]
-        return [top]
-    top["count"] = 1
-    return [
-        {
-            "type": "slot",
-            "count": nnodes,
-            "label": RABBIT_SLOT,
-            "with": [top, {"type": SSD_TYPE, "count": gib, "exclusive": True}],
-        }
-    ]
+        rewritten = [top]
+    else:
+        top["count"] = 1
+        rewritten = [
+            {
+                "type": "slot",
+                "count": nnodes,
+                "label": RABBIT_SLOT,
+                "with": [top, {"type": SSD_TYPE, "count": gib, "exclusive": True}],
+            }
+        ]
+    return None if rewritten == resources else rewritten
+
+
+def _check_counts(nnodes: int, gib: int, per: int) -> None:
+    """StorageError when a count of the rewrite is more than Fluxion's jobspec parser takes,
+    or the job's SSD in all is more bytes than an int64 holds."""
+    if max(nnodes, gib * per) > MAX_COUNT:
+        raise StorageError(
+            f"the job's {nnodes} nodes of {gib} GiB of rabbit storage each are more than "
+            f"Fluxion's jobspec counts hold (at most {MAX_COUNT})"
+        )
+    if nnodes * gib * GIB > MAX_BYTES:
+        raise StorageError(
+            f"the job's {nnodes} nodes of {gib} GiB of rabbit storage each add up to more "
+            f"than {MAX_BYTES} bytes"
+        )
 
 
 def release_update(
@@ -233,4 +310,6 @@ __all__ = [
     "has_ssd",
     "node_count",
     "rabbit_resources",
+    "reserved_gib",
+    "without_ssd",
 ]

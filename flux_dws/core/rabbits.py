@@ -29,6 +29,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.hostlist import HostlistError, expand_hostlist, expand_idset
+from flux_dws.base.sizes import MAX_BYTES
 
 GIB = 2**30
 #: The vertex type of a rabbit: a chassis, as in the existing Flux integration's graph, so the
@@ -158,6 +159,9 @@ def rabbit_inventory(
             raise RabbitError("SystemConfiguration storageNodes entry without a name")
         if node.get("type", "Rabbit") != "Rabbit":
             continue
+        problem = untrusted.object_name_problem(node["name"], "SystemConfiguration rabbit")
+        if problem:
+            raise RabbitError(problem)
         access = node.get("computesAccess") or []
         if not isinstance(access, list):
             raise RabbitError(f"SystemConfiguration {node['name']}: computesAccess is not a list")
@@ -314,6 +318,25 @@ def excluded_hosts(R: Mapping[str, Any], exclude: str | None) -> frozenset[str]:
         raise RabbitError(f"resource.exclude {exclude!r} cannot be read: {exc}") from None
 
 
+#: The most parts a pool is split into: each is a vertex Fluxion matches against.
+MAX_CHUNKS = 4096
+
+
+def _check_sizes(rabbits: Iterable[Rabbit]) -> None:
+    """RabbitError for a capacity flux-core or Fluxion could not load: every size in JGF, and
+    their sum that Fluxion keeps per subtree, must be an int64."""
+    total = 0
+    for rabbit in rabbits:
+        if untrusted.count(rabbit.capacity, MAX_BYTES) is None:
+            raise RabbitError(
+                f"Storage {untrusted.text(rabbit.name, untrusted.ECHO_LIMIT)}: capacity "
+                f"{untrusted.echo(rabbit.capacity)} is not a byte count from 0 to {MAX_BYTES}"
+            )
+        total += rabbit.gib
+    if total > MAX_BYTES:
+        raise RabbitError(f"the rabbits' capacities add up to more than {MAX_BYTES} GiB")
+
+
 def resource_graph(
     R: Mapping[str, Any],
     rabbits: Mapping[str, Rabbit],
@@ -331,8 +354,9 @@ def resource_graph(
     the R it gives the scheduler, and Fluxion, which schedules from the graph, must not see
     them either; a rabbit left with none of R's nodes gets no vertex.
     """
-    if chunks < 1:
-        raise RabbitError(f"chunks must be at least 1, not {chunks}")
+    if not 1 <= chunks <= MAX_CHUNKS:
+        raise RabbitError(f"chunks must be from 1 to {MAX_CHUNKS}, not {chunks}")
+    _check_sizes(rabbits.values())
     left_out = set(exclude)
     nodes = [n for n in _nodes_of(R) if n.host not in left_out]
     served: dict[str, str] = {}

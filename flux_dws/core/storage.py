@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux_dws.base import untrusted
+from flux_dws.base.sizes import MAX_BYTES, MAX_COUNT, bounded_sum, ceil_div
 from flux_dws.base.untrusted import ECHO_LIMIT, echo
 
 PER_COMPUTE = "AllocatePerCompute"
@@ -66,7 +67,8 @@ class AllocationNeed:
 
 def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ...]:
     """Every allocation set of every breakdown; StorageError, one line naming the breakdown
-    and the field, for one that reports an error or has a field of the wrong type."""
+    and the field, for one that reports an error or has a field of the wrong type or out of
+    range, or when the sizes add up past an int64."""
     needs: list[AllocationNeed] = []
     for i, bd in enumerate(breakdowns):
         if not isinstance(bd, Mapping):
@@ -98,15 +100,20 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
             if strategy not in STRATEGIES:
                 raise StorageError(f"{who}: unknown allocationStrategy {echo(strategy)}")
             capacity = aset.get("minimumCapacity")
-            if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-                raise StorageError(f"{who}: minimumCapacity {echo(capacity)} is not a size")
+            if untrusted.count(capacity, MAX_BYTES) is None:
+                raise StorageError(
+                    f"{where}: minimumCapacity {echo(capacity)} is not a size"
+                    f" (0 to {MAX_BYTES} bytes)"
+                )
             label = aset.get("label", "")
             if not isinstance(label, str):
                 raise StorageError(f"{where}.label must be a string, not {_kind(label)}")
             constraints = _mapping(aset, "constraints", where)
             count = constraints.get("count")
-            if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
-                raise StorageError(f"{where}.constraints.count must be an integer")
+            if count is not None and untrusted.count(count, MAX_COUNT) is None:
+                raise StorageError(
+                    f"{where}.constraints.count {echo(count)} is not a count (0 to {MAX_COUNT})"
+                )
             needs.append(
                 AllocationNeed(
                     breakdown=name if isinstance(name, str) else f"[{i}]",
@@ -117,6 +124,7 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
                     count=count if isinstance(count, int) and count > 0 else None,
                 )
             )
+    jobspec_storage(needs)  # its sums go into dws-proposal and the release: int64, or refused
     return tuple(needs)
 
 
@@ -157,8 +165,19 @@ def jobspec_storage(needs: Sequence[AllocationNeed]) -> dict[str, Any]:
     shared: dict[str, int] = {}
     for need in needs:
         into = per_compute if need.strategy == PER_COMPUTE else shared
-        into[need.label] = into.get(need.label, 0) + need.capacity
+        into[need.label] = add_sizes(
+            into.get(need.label, 0), need.capacity, f"{need.label} storage"
+        )
     return {"per_compute": per_compute, "shared": shared}
+
+
+def add_sizes(total: int, size: int, what: str) -> int:
+    """``total + size``, or StorageError when the sum passes what Flux and DWS hold (int64):
+    such a figure would be refused by the jobtap plugin's JSON parser, wedging the job."""
+    try:
+        return bounded_sum((total, size), what)
+    except ValueError as exc:
+        raise StorageError(f"the job's {exc}") from None
 
 
 def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]:
@@ -196,48 +215,103 @@ def plan_servers(
     - AllocateSingleServer: exactly one, on the rabbit with the most of the job's nodes;
     - AllocatePerServer: one on each of the job's rabbits.
     ``min_allocation`` (label -> bytes) raises every allocation to the site's minimum.
+    What this puts on each rabbit never exceeds what :func:`reserve_per_node` had Fluxion
+    reserve there.  A job with no allocation sets (``#DW container``, test-driver directives)
+    needs no rabbit and gets no Servers.
     """
+    if not needs:
+        return {}
     if not hosts:
         raise StorageError("the job has no compute nodes to place storage near")
     missing = [h for h in hosts if h not in rabbits]
     if missing:
         raise StorageError(
-            f"no rabbit serves compute node {untrusted.text(missing[0], ECHO_LIMIT)}"
-            " (not in the SystemConfiguration)"
+            f"no rabbit serves compute node {untrusted.text(missing[0], ECHO_LIMIT)}: the "
+            "SystemConfiguration lists it under no rabbit's computesAccess (an "
+            "externalComputeNode has none), so it cannot have #DW storage"
         )
     per_rabbit: dict[str, int] = {}
     for host in hosts:
         per_rabbit[rabbits[host]] = per_rabbit.get(rabbits[host], 0) + 1
+    for rabbit in sorted(per_rabbit):
+        problem = untrusted.object_name_problem(rabbit, "rabbit name")
+        if problem:
+            raise StorageError(f"{problem}; Servers cannot name it")
     # Most of the job's nodes first; the name breaks ties, so a plan never depends on order.
     ranked = sorted(per_rabbit, key=lambda r: (-per_rabbit[r], r))
     plan: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for need in needs:
-        storage, size = _placement(need, per_rabbit, ranked, len(hosts))
         floor = (min_allocation or {}).get(need.label, 0)
+        storage, size = _placement(need, per_rabbit, ranked, len(hosts), floor)
+        allocations = sum(entry["allocationCount"] for entry in storage)
+        if size * allocations > MAX_BYTES:  # nnf-sos adds them up in an int64
+            raise StorageError(
+                f"{need.label} storage of {allocations} allocations of {size} bytes adds up to"
+                f" more than {MAX_BYTES} bytes"
+            )
         plan.setdefault(need.servers, []).append(
-            {"label": need.label, "allocationSize": max(size, floor), "storage": storage}
+            {"label": need.label, "allocationSize": size, "storage": storage}
         )
     return plan
 
 
 def _placement(
-    need: AllocationNeed, per_rabbit: Mapping[str, int], ranked: Sequence[str], nnodes: int
+    need: AllocationNeed,
+    per_rabbit: Mapping[str, int],
+    ranked: Sequence[str],
+    nnodes: int,
+    floor: int,
 ) -> tuple[list[dict[str, Any]], int]:
-    """(Servers storage entries, allocation size) for one allocation set."""
-    if need.strategy == PER_COMPUTE:
-        return [{"name": r, "allocationCount": per_rabbit[r]} for r in sorted(per_rabbit)], (
-            need.capacity
-        )
-    if need.strategy == PER_SERVER:
-        return [{"name": r, "allocationCount": 1} for r in sorted(per_rabbit)], need.capacity
+    """(Servers storage entries, allocation size) for one allocation set.
+
+    Integer arithmetic only, and no loop longer than the job's rabbits: a ``count`` comes
+    from outside."""
+    if need.strategy in (PER_COMPUTE, PER_SERVER):
+        each = need.strategy == PER_SERVER
+        storage = [{"name": r, "allocationCount": 1 if each else per_rabbit[r]} for r in ranked]
+        return sorted(storage, key=lambda e: e["name"]), max(need.capacity, floor)
     if need.strategy == SINGLE_SERVER or need.count:
-        count = 1 if need.strategy == SINGLE_SERVER else int(need.count or 1)
-        counts: dict[str, int] = {}
-        for i in range(count):  # wraps onto the rabbits with the most nodes
-            rabbit = ranked[i % len(ranked)]
-            counts[rabbit] = counts.get(rabbit, 0) + 1
-        storage = [{"name": r, "allocationCount": counts[r]} for r in ranked if r in counts]
-        return storage, math.ceil(need.capacity / count)
+        count = _count_of(need)
+        rounds, extra = divmod(count, len(ranked))  # wraps onto the rabbits with most nodes
+        storage = [
+            {"name": r, "allocationCount": rounds + (1 if i < extra else 0)}
+            for i, r in enumerate(ranked)
+            if rounds or i < extra
+        ]
+        return storage, max(ceil_div(need.capacity, count), floor)
     unit = math.gcd(*per_rabbit.values())
     storage = [{"name": r, "allocationCount": per_rabbit[r] // unit} for r in sorted(per_rabbit)]
-    return storage, math.ceil(need.capacity * unit / nnodes)
+    return storage, max(ceil_div(need.capacity * unit, nnodes), floor)
+
+
+def _count_of(need: AllocationNeed) -> int:
+    """Allocations of a set placed by count: one for AllocateSingleServer."""
+    return 1 if need.strategy == SINGLE_SERVER else int(need.count or 1)
+
+
+def reserve_per_node(need: AllocationNeed, nnodes: int, floor: int = 0) -> int:
+    """Bytes each of the job's ``nnodes`` nodes has Fluxion reserve for ``need``, so that
+    wherever Fluxion places the nodes, :func:`plan_servers` puts no more on a rabbit than its
+    nodes reserved there (k nodes on a rabbit reserve k shares).
+
+    The rewrite runs before placement, and a jobspec cannot ask for extra SSD on whichever
+    rabbit gets a target, so each share is the most any one node can be charged:
+    - per compute: the allocation (raised to ``floor``) on each node's rabbit;
+    - per server: one allocation per rabbit, so a rabbit with one node bears it whole;
+    - across servers: the weighted allocations come to at most ``max(ceil(C/N), floor)`` a
+      node (an allocation for u nodes is ``ceil(C*u/N)``, at most ``u*ceil(C/N)``);
+    - single server or ``count`` c (Lustre's MGT, an MDT with count 1): allocations of
+      ``s = max(ceil(C/c), floor)`` dealt round the rabbits.  A rabbit may hold one of the
+      job's nodes and ``ceil(c/2)`` of them (all c when the job has one node), so each node
+      reserves that many.  For a 32 GiB MDT that is 32 GiB on every node: an over-reservation
+      on the rabbits that do not get it, never an under-reservation on the one that does.
+    """
+    if nnodes < 1:
+        raise StorageError("the job asks for no nodes to place storage near")
+    if need.strategy in (PER_COMPUTE, PER_SERVER):
+        return max(need.capacity, floor)
+    if need.strategy == SINGLE_SERVER or need.count:
+        count = _count_of(need)
+        size = max(ceil_div(need.capacity, count), floor)
+        return size * (count if nnodes == 1 else ceil_div(count, 2))
+    return max(ceil_div(need.capacity, nnodes), floor)

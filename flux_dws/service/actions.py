@@ -77,7 +77,9 @@ def set_desired_state(
     wf, proposal = seen.workflow, seen.job.proposal
     assert wf is not None and (proposal is not None or not action.assign)
     observed = seen.observed
-    rabbits = x.rabbits_for(action.assign) if action.assign and not action.rabbits else None
+    # A job with no allocation sets (#DW container, test-driver directives) needs no rabbit.
+    placing = bool(action.assign and proposal and proposal.needs and not action.rabbits)
+    rabbits = x.rabbits_for(action.assign, required=True) if placing else None
     sent: dict[str, Any] = {}  # written on the worker before the patch, read after delivery
 
     def patch() -> Any:

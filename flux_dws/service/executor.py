@@ -22,7 +22,7 @@ from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.policy import Policy
-from flux_dws.core.storage import rabbit_map
+from flux_dws.core.storage import StorageError, rabbit_map
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.transport import RpcError
@@ -321,16 +321,26 @@ class ActionExecutor:
     def workflow_name(self, tracked: Tracked) -> str:
         return tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid)
 
-    def rabbits_for(self, hosts: Sequence[str]) -> Callable[[], Mapping[str, str]]:
+    def rabbits_for(
+        self, hosts: Sequence[str], required: bool = False
+    ) -> Callable[[], Mapping[str, str]]:
         """A worker-side reader of the node -> rabbit map for ``hosts``: the cached one when it
         serves them all, else the SystemConfiguration read anew.  The worker only reads; the
-        map it used comes back with its result and is kept by ``keep_rabbits`` on the loop."""
+        map it used comes back with its result and is kept by ``keep_rabbits`` on the loop.
+        ``required`` (storage is to be placed): no SystemConfiguration is a StorageError that
+        says so, not a compute node that no rabbit serves."""
         cached = self.rabbits
 
         def read() -> Mapping[str, str]:
             if cached is not None and all(h in cached for h in hosts):
                 return cached
-            return rabbit_map(self.kube.read_system_configuration())
+            config = self.kube.read_system_configuration()
+            if config is None and required:
+                raise StorageError(
+                    "no SystemConfiguration 'default' yet: DWS has not said which rabbit "
+                    "serves which compute node"
+                )
+            return rabbit_map(config)
 
         return read
 
