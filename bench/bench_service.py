@@ -110,6 +110,7 @@ def measure(
         "peak_tracked": figures["peak_tracked"],
         "kib_per_workflow": (figures["rss_at_peak_mib"] - figures["baseline_mib"]) * 1024 / peak,
         "workflows_left": left,
+        "cpu_ms_per_job": figures["cpu_s"] * 1000 / jobs if "cpu_s" in figures else None,
     }
 
 
@@ -152,6 +153,8 @@ def main() -> None:
         f"runs in: {f['service']})"
     )
     print(f"workflows left behind: {f['workflows_left']}")
+    if f["cpu_ms_per_job"] is not None:
+        print(f"service CPU per job: {f['cpu_ms_per_job']:.2f} ms (user + system, its own process)")
 
 
 if __name__ == "__main__":
