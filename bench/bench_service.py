@@ -111,6 +111,7 @@ def measure(
         "kib_per_workflow": (figures["rss_at_peak_mib"] - figures["baseline_mib"]) * 1024 / peak,
         "workflows_left": left,
         "cpu_ms_per_job": figures["cpu_s"] * 1000 / jobs if "cpu_s" in figures else None,
+        "cpu_by_thread_s": figures.get("cpu_by_thread", {}),
     }
 
 
@@ -155,6 +156,7 @@ def main() -> None:
     print(f"workflows left behind: {f['workflows_left']}")
     if f["cpu_ms_per_job"] is not None:
         print(f"service CPU per job: {f['cpu_ms_per_job']:.2f} ms (user + system, its own process)")
+        print(f"  CPU seconds by thread: {f['cpu_by_thread_s']}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ jittered retries, every attempt counted); credentials come from flux_dws.k8s.con
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -32,6 +31,7 @@ from flux_dws.k8s.errors import (
     KubeSetupError,
     NameTaken,
 )
+from flux_dws.k8s.rawapi import Core, CustomObjects, RawApi
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
     CLIENTMOUNTS,
@@ -115,8 +115,9 @@ class KubeClient:
         )
         self.host = api_client.configuration.host
         self._api = api_client
-        self._custom = k8s.CustomObjectsApi(api_client)
-        self._core = k8s.CoreV1Api(api_client)
+        self._raw = RawApi(api_client)  # the generated API classes cost more than the HTTP
+        self._custom = CustomObjects(self._raw)
+        self._core = Core(self._raw)
         self._merge_patch = merge_patch_kwargs(self._custom.patch_namespaced_custom_object)
 
     @classmethod
@@ -194,23 +195,14 @@ class KubeClient:
     def ping(self) -> None:
         """GET /version once, no retries: is the server answering at all (API health probe)?"""
 
-        def fetch() -> Any:
-            return k8s.VersionApi(self._api).get_code(
-                _preload_content=False, _request_timeout=self.timeout
-            )
-
-        self.calls.call("get", "version", "/version", fetch, timeout_arg=False, retries=0)
+        self.calls.call(
+            "get", "version", "/version", self._raw.request, "GET", "/version", retries=0
+        )
 
     def served_groups(self) -> dict[str, ServedGroup]:
         """API group -> served versions, from the API server's discovery document."""
 
-        def fetch() -> Any:
-            resp = k8s.ApisApi(self._api).get_api_versions(
-                _preload_content=False, _request_timeout=self.calls.timeouts()
-            )
-            return json.loads(resp.data)
-
-        doc = self.calls.call("get", "discovery", "/apis", fetch, timeout_arg=False)
+        doc = self.calls.call("get", "discovery", "/apis", self._raw.request, "GET", "/apis")
         groups: dict[str, ServedGroup] = {}
         for group in doc.get("groups") or []:
             versions = tuple(v.get("version", "") for v in group.get("versions") or [])
@@ -508,15 +500,14 @@ class KubeClient:
     def read_token(self, namespace: str, name: str) -> str | None:
         """The workflow token (Secret ``data.token``, decoded), or None if there is none."""
 
-        def fetch() -> Any:
-            resp = self._core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=self.calls.timeouts()
-            )
-            return json.loads(resp.data)
-
         try:
             secret = self.calls.call(
-                "get", "secret", f"{namespace}/{name}", fetch, timeout_arg=False
+                "get",
+                "secret",
+                f"{namespace}/{name}",
+                self._core.read_namespaced_secret,
+                name,
+                namespace,
             )
         except KubeError as exc:
             if exc.status == 404:
