@@ -96,7 +96,7 @@ def live_objects(kubeconfig: str | None) -> tuple[dict[str, Any], list[dict[str,
         config = kube.read_system_configuration()
         if config is None:
             raise RabbitError("the API has no SystemConfiguration default/default")
-        return config, kube.list_storages()
+        return config, kube.list_storages()[0]
     finally:
         kube.close()
 

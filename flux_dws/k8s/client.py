@@ -293,16 +293,26 @@ class KubeClient:
         restarts the list, a bounded number of times.  ``limit``: one page of at most that
         many, for a cheap probe.
         """
+        selector = instance_selector(self.identity)
         if limit:
-            items, rv, _ = self._list_page(limit, None)
+            items, rv, _ = self._list_page(
+                limit, None, (WATCHED, self.namespace, WORKFLOWS, selector)
+            )
             return items, rv
+        return self._list_all(WATCHED, self.namespace, WORKFLOWS, selector)
+
+    def _list_all(
+        self, what: str, namespace: str, plural: str, selector: str | None
+    ) -> tuple[list[dict], str]:
         restarts = 0
         while True:
             items: list[dict] = []
             token: str | None = None
             try:
                 while True:
-                    page, rv, token = self._list_page(self._page_size, token)
+                    page, rv, token = self._list_page(
+                        self._page_size, token, (what, namespace, plural, selector)
+                    )
                     items.extend(page)
                     if not token:
                         return items, rv
@@ -311,31 +321,38 @@ class KubeClient:
                     raise
                 restarts += 1
                 log.info(
-                    "listing workflows: continue token expired after %d items; restarting the"
+                    "listing %s: continue token expired after %d items; restarting the"
                     " list (%d of %d)",
+                    what,
                     len(items),
                     restarts,
                     LIST_RESTARTS,
                 )
 
-    def _list_page(self, limit: int, token: str | None) -> tuple[list[dict], str, str | None]:
+    def _list_page(
+        self, limit: int, token: str | None, where: tuple[str, str, str, str | None]
+    ) -> tuple[list[dict], str, str | None]:
+        """One page; ``where``: (what errors name, namespace, plural, label selector)."""
+        what, namespace, plural, selector = where
         extra = {"_continue": token} if token else {}
         result = self.calls.call(
             "list",
-            "workflows in namespace",
-            self.namespace,
+            what,
+            namespace,
             self._custom.list_namespaced_custom_object,
             DWS_GROUP,
             self.versions.workflow,
-            self.namespace,
-            WORKFLOWS,
-            label_selector=instance_selector(self.identity),
+            namespace,
+            plural,
+            label_selector=selector,
             limit=limit,
             **extra,
         )
         meta = result.get("metadata") if isinstance(result, dict) else None
         token = meta.get("continue") if isinstance(meta, dict) else None
-        return list(result.get("items") or []), version_of(result), token or None
+        items = result.get("items") if isinstance(result, dict) else None
+        page = [i for i in items or [] if isinstance(i, dict)] if isinstance(items, list) else []
+        return page, version_of(result), token or None
 
     def set_desired_state(self, name: str, state: State, *, hurry: bool = False) -> dict:
         """Merge-patch spec.desiredState (with hurry, only for Teardown)."""
@@ -392,20 +409,24 @@ class KubeClient:
 
     # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.core.health) --------------
 
-    def list_storages(self) -> list[dict]:
-        """Every rabbit's Storage resource (capacity, health, links to its computes)."""
-        found = self.calls.call(
-            "list",
+    def list_storages(self) -> tuple[list[dict], str]:
+        """Every rabbit's Storage resource (capacity, health, links to its computes), in
+        pages, and the list's resourceVersion (where a StorageWatch resumes)."""
+        return self._list_all("storages", STORAGE_NAMESPACE, STORAGES, None)
+
+    def open_storage_watch(
+        self, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> urllib3.HTTPResponse:
+        """Start one watch on every Storage after ``resource_version``; the raw response."""
+        return self._open_watch(
             "storages",
             STORAGE_NAMESPACE,
-            self._custom.list_namespaced_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            STORAGE_NAMESPACE,
             STORAGES,
+            None,
+            resource_version,
+            timeout_seconds,
+            read_timeout,
         )
-        items = found.get("items") if isinstance(found, Mapping) else None
-        return [i for i in items or [] if isinstance(i, dict)]
 
     def read_system_status(self) -> dict | None:
         namespace, name = SYSTEM_STATUS
@@ -573,14 +594,34 @@ class KubeClient:
         No retry here: the watch loop owns reconnecting.  The server ends the stream after
         ``timeout_seconds``; ``read_timeout`` (longer) notices a connection that died silently.
         """
+        return self._open_watch(
+            WATCHED,
+            self.namespace,
+            WORKFLOWS,
+            instance_selector(self.identity),
+            resource_version,
+            timeout_seconds,
+            read_timeout,
+        )
+
+    def _open_watch(
+        self,
+        what: str,
+        namespace: str,
+        plural: str,
+        selector: str | None,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+    ) -> urllib3.HTTPResponse:
         self.calls.count("watch")
         try:
             return self._custom.list_namespaced_custom_object(
                 DWS_GROUP,
                 self.versions.workflow,
-                self.namespace,
-                WORKFLOWS,
-                label_selector=instance_selector(self.identity),
+                namespace,
+                plural,
+                label_selector=selector,
                 watch=True,
                 allow_watch_bookmarks=True,
                 resource_version=resource_version,
@@ -589,11 +630,9 @@ class KubeClient:
                 _request_timeout=(self.timeout, read_timeout),
             )
         except ApiException as exc:
-            raise self.calls.api_error(
-                "watch", "workflows in namespace", self.namespace, exc
-            ) from exc
+            raise self.calls.api_error("watch", what, namespace, exc) from exc
         except TRANSPORT_ERRORS as exc:
-            raise transport_error("watch", "workflows in namespace", self.namespace, exc) from exc
+            raise transport_error("watch", what, namespace, exc) from exc
 
     # -- plumbing ------------------------------------------------------------------------
 

@@ -1,12 +1,16 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""The health monitor: every ``[dws] health-interval``, compare rabbits with Flux and act.
+"""The health monitor: compare rabbits with Flux and act, on every Storage change and every
+``[dws] health-interval``.
 
-One pass reads Flux's drain state (resource.status), then on a worker thread every Storage,
-the SystemConfiguration and the SystemStatus; flux_dws.core.health decides; this module drains and
-undrains through flux_dws.flux.resource, marks down rabbits' ssd pools in Fluxion, and writes
-only the SystemStatus entries that changed.  It is a periodic full comparison rather than an
-edge-triggered reaction, so a restarted service (or a missed change) converges on the next
-pass, and a pass that fails is simply repeated on the next one.  Passes never overlap.
+Storage is watched (flux_dws.k8s.watch.StorageWatch: one list, then a watch, as for the
+workflows), so a rabbit that goes down starts a pass at once and steady state sends no list.
+One pass reads Flux's drain state (resource.status), then on a worker thread the
+SystemConfiguration and the SystemStatus; flux_dws.core.health decides from the watched
+Storages; this module drains and undrains through flux_dws.flux.resource, marks down rabbits'
+ssd pools in Fluxion, and writes only the SystemStatus entries that changed.  Each pass is a
+full comparison (level-triggered), and one runs every ``health-interval`` even when nothing
+was seen to change, so a restarted service (or a missed change) converges on the next pass,
+and a pass that fails is simply repeated on the next one.  Passes never overlap.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from flux_dws.core.policy import Policy
 from flux_dws.core.storage import rabbit_map
 from flux_dws.flux.resource import NodeControl, NodeStatus
 from flux_dws.k8s import KubeClient, KubeWorker
+from flux_dws.k8s.watch import DELETED, StorageWatch
 
 log = logging.getLogger("flux-dws")
 
@@ -68,19 +73,46 @@ class HealthMonitor:
         self._again = False
         self._timer: Timer | None = None
         self._stopped = False
+        self._rabbits: dict[str, health.Rabbit] = {}  # Storage name -> as last seen
+        self._listed = False  # the watch has listed every Storage once: passes may run
+        self._watch = StorageWatch(
+            kube,
+            lambda kind, obj: loop.call_soon(self._storage_event, kind, obj),
+            on_listed=lambda: loop.call_soon(self._storages_listed),
+        )
 
     def start(self) -> None:
-        self.loop.call_soon(self.poke)
+        self._watch.start()  # the first pass runs once it has listed every Storage
 
     def stop(self) -> None:
         self._stopped = True
         if self._timer:
             self._timer.cancel()
+        self._watch.stop()
+
+    def _storage_event(self, kind: str, obj: dict) -> None:
+        """A Storage changed: a pass at once if what health reads of it changed."""
+        rabbit = health.rabbit_from_storage(obj)
+        if rabbit is None:
+            return
+        if kind == DELETED:
+            changed = self._rabbits.pop(rabbit.name, None) is not None
+        else:
+            changed = self._rabbits.get(rabbit.name) != rabbit
+            self._rabbits[rabbit.name] = rabbit
+        if changed and self._listed:
+            self.poke()
+
+    def _storages_listed(self) -> None:
+        first = not self._listed
+        self._listed = True
+        if first:
+            self.poke()
 
     def poke(self) -> None:
         """Run a pass now (or right after the one in flight)."""
-        if self._stopped:
-            return
+        if self._stopped or not self._listed:
+            return  # before the first list: the first pass follows it
         if self._running:
             self._again = True
             return
@@ -113,10 +145,10 @@ class HealthMonitor:
             self._finish(f"cannot read Flux's drain state: {error}")
             return
 
+        rabbits = tuple(self._rabbits.values())  # as watched, taken on the loop's thread
+
         def read() -> Observed:
-            storages = self.kube.list_storages()
             served = rabbit_map(self.kube.read_system_configuration())
-            rabbits = tuple(r for r in map(health.rabbit_from_storage, storages) if r)
             return Observed(rabbits, served, self.kube.read_system_status())
 
         def finished(result: Observed | None, exc: BaseException | None) -> None:
@@ -129,7 +161,7 @@ class HealthMonitor:
 
     def _decide(self, status: NodeStatus, seen: Observed | None, exc: BaseException | None) -> None:
         if seen is None:
-            self._finish(f"cannot read rabbit Storage resources: {exc}")
+            self._finish(f"cannot read the SystemConfiguration or SystemStatus: {exc}")
             return
         plan = health.plan_drains(
             seen.rabbits,
