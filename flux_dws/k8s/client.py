@@ -536,15 +536,18 @@ class KubeClient:
             raise
         return decode_token(secret.get("data"))
 
-    def delete_workflow(self, name: str) -> None:
+    def delete_workflow(self, name: str, seen: Mapping[str, Any] | None = None) -> None:
         """Remove our finalizer, then delete the workflow.  Already gone is success.
 
         The finalizer patch carries the resourceVersion it was computed from; on a conflict
         the workflow is re-read and the patch recomputed, a bounded number of times.
+        ``seen``: the workflow as last watched (its metadata's finalizers and
+        resourceVersion are enough), to patch without reading it first; if it is stale, the
+        server's 409 makes it re-read.
         """
         target = self._workflow(name)
-        for _ in range(CONFLICT_RETRIES):
-            current = self.get_workflow(name)
+        for attempt in range(CONFLICT_RETRIES):
+            current = seen if attempt == 0 and seen is not None else self.get_workflow(name)
             if current is None:
                 return
             patch = finalizer_removal_patch(current)
