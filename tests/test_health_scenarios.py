@@ -248,3 +248,17 @@ def test_a_rabbit_going_down_is_acted_on_without_waiting_for_the_resync():
         stack.set_rabbit("rabbit-1", "Ready")
         wait_for(lambda: not _ours(stack), "undrained", WAIT)
         assert stack.api.request_counts().get(("list", "storages")) == lists
+
+
+def test_a_pass_over_many_rabbits_at_once_completes():
+    """1,100 rabbits whose pools Fluxion marks at once (fakeflux answers synchronously): one
+    step per rabbit, each started from the loop, not nested in the last one's callback."""
+    rabbits = {f"rabbit-{i}": [f"compute-{i + 1:02d}"] for i in range(1100)}
+    config = {**CONFIG, "health-interval": "1h"}
+    with Stack(config, hosts=1100, rabbits=rabbits, identity="health-many") as stack:
+        health = stack.service.health
+        health.nodes.fluxion = True  # as if Fluxion were loaded: every pool is marked
+        stack.set_rabbit("rabbit-7", "Offline")  # a Storage change: a pass at once
+        wait_for(lambda: health.nodes.rabbits.get("rabbit-7") is False, "rabbit-7 down", WAIT)
+        assert len(health.nodes.rabbits) == 1100
+        assert health.last_error is None

@@ -250,18 +250,21 @@ class HealthMonitor:
 
         self.worker.submit(self.kube.write_system_status, patch, exists, on_done=finished)
 
-    def _run(self, steps: list[Any], errors: list[str]) -> None:
-        if not steps:
+    def _run(self, steps: list[Any], errors: list[str], first: int = 0) -> None:
+        """Run ``steps[first:]`` one after another.  The next step is queued on the loop, not
+        called from the last one's callback: a callback that runs at once (720 rabbits to
+        mark) would otherwise nest one frame deeper per step, past Python's recursion limit."""
+        if first >= len(steps):
             self._finish("; ".join(errors) or None)
             return
 
         def next_step(error: str | None) -> None:
             if error is not None:
                 errors.append(error)
-            self._run(steps[1:], errors)
+            self.loop.call_soon(self._run, steps, errors, first + 1)
 
         try:
-            steps[0](next_step)
+            steps[first](next_step)
         except Exception as exc:  # a bug must not stop the monitor: log and go on
             log.exception("health pass step failed")
             next_step(f"{type(exc).__name__}: {exc}")
