@@ -142,7 +142,10 @@ def match_times(R: dict[str, Any], jobspec: dict[str, Any], count: int) -> list[
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(nodes: int = 1000, rabbits: int = 250, matches: int = 50) -> dict[str, Any]:
+def measure(
+    nodes: int = 1000, rabbits: int = 250, matches: int = 50, job_nodes: int = JOB_NODES
+) -> dict[str, Any]:
+    """``job_nodes``: the size of the job matched (bench/bench_elcap.py tries several)."""
     names = hosts(nodes)
     plain = plain_R(names)
     inventory = rabbits_for(names, rabbits)
@@ -162,10 +165,10 @@ def measure(nodes: int = 1000, rabbits: int = 250, matches: int = 50) -> dict[st
     if flux_command() is None or not fluxion_installed():
         result["skipped"] = "flux-core or Fluxion not installed: match time not measured"
         return result
-    rewritten = node_jobspec(JOB_NODES)
+    rewritten = node_jobspec(job_nodes)
     rewritten["resources"] = release_update(rewritten["resources"], needs(), {}, True)["resources"]
     for key, R, jobspec in (
-        ("match_plain_ms", plain, node_jobspec(JOB_NODES)),
+        ("match_plain_ms", plain, node_jobspec(job_nodes)),
         ("match_rabbits_ms", graph, rewritten),
     ):
         times = match_times(R, jobspec, matches)

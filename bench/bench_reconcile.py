@@ -209,15 +209,22 @@ def traced_restart(stack: Stack, expected: int, timeout: float) -> float:
 
 
 def measure(
-    jobs: int = 10000, prolog_share: float = 0.1, cancels: int = 100, timeout: float = 1800.0
+    jobs: int = 10000,
+    prolog_share: float = 0.1,
+    cancels: int = 100,
+    timeout: float = 1800.0,
+    hosts: int = 0,
 ) -> dict:
-    """Set up, kill, restart; the figures as data (bench/run collects them into one table)."""
+    """Set up, kill, restart; the figures as data (bench/run collects them into one table).
+
+    ``hosts``: compute nodes of the system (16 to a rabbit); at least one per prolog job."""
     prolog = int(jobs * prolog_share)
     cancels = min(cancels, jobs)
     started = time.monotonic()
     # Every workflow in flight at once, the jobs in DEPEND ones included: no Proposal window.
     config = {"max-proposals": 0}
-    with Stack(config, hosts=max(prolog, 1), time_scale=0.001, api_process=True) as stack:
+    nodes = max(prolog, hosts, 1)
+    with Stack(config, hosts=nodes, time_scale=0.001, api_process=True) as stack:
         assert stack.flux is not None
         ids = set_up(stack, jobs, prolog, timeout)
         setup = time.monotonic() - started

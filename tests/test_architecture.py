@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flux_dws.core import lifecycle
 from flux_dws.core.policy import Policy
-from flux_dws.k8s.watch import WorkflowWatch
+from flux_dws.k8s.watch import ResourceWatch, WorkflowWatch
 from flux_dws.service import dispatch, failures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def test_architecture_quotes_the_codes_figures():
     watch = inspect.signature(WorkflowWatch.__init__).parameters
     low = watch["watch_timeout"].default
     assert f"between {low} and {2 * low} seconds" in text
-    assert "int(self._watch_timeout * (1 + random.random()))" in inspect.getsource(WorkflowWatch)
+    assert "int(self._watch_timeout * (1 + random.random()))" in inspect.getsource(ResourceWatch)
     assert f"{watch['read_margin'].default:g} seconds longer" in text
     assert f"from {failures.RETRY_MIN:g} s doubling up to {failures.RETRY_MAX:g} s" in text
     assert f"every ``[dws] heartbeat`` ({Policy.heartbeat:g} s by default)" in text

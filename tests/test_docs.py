@@ -701,8 +701,8 @@ def _workflow_stub(kube: KubeClient) -> dict[str, Any]:
     }
 
 
-def _watch_once(kube: KubeClient) -> None:
-    response = kube.open_workflow_watch("", timeout_seconds=1, read_timeout=5)
+def _watch_once(kube: KubeClient, opener: str = "open_workflow_watch") -> None:
+    response = getattr(kube, opener)("", timeout_seconds=1, read_timeout=5)
     response.close()
     response.release_conn()
 
@@ -729,6 +729,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_container_profile": lambda k: k.read_container_profile(_workflow_stub(k)),
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,
+    "open_storage_watch": lambda k: _watch_once(k, "open_storage_watch"),
     "delete_workflow": lambda k: k.delete_workflow(k.workflow_name(WORKFLOW_ID)),
     "read_system_status": lambda k: k.read_system_status(),
     "write_system_status": lambda k: [

@@ -269,7 +269,38 @@ def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
     wait_for(lambda: stack.service.health.passes >= later + 3, "three quiet passes", WAIT)
     after = stack.api.request_counts()
     assert {k: after.get(k) for k in writes} == writes  # no write when nothing changed
-    assert after[("list", "storages")] > before[("list", "storages")]
+    # Storage is watched: the passes (the resync) read the watched copy, never a list
+    assert after.get(("list", "storages")) == before.get(("list", "storages"))
+
+
+def test_a_rabbit_going_down_is_acted_on_without_waiting_for_the_resync():
+    """health-interval of an hour: only the Storage watch can start the pass that drains the
+    rabbit's nodes, and none of it lists Storage again."""
+    rabbits = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
+    config = {**CONFIG, "health-interval": "1h"}
+    with Stack(config, hosts=4, rabbits=rabbits, identity="health-watch") as stack:
+        health = stack.service.health
+        wait_for(lambda: health.passes >= 1, "the first pass (after the first list)", WAIT)
+        lists = stack.api.request_counts().get(("list", "storages"))
+        stack.set_rabbit("rabbit-1", "Offline")
+        wait_for(lambda: set(_ours(stack)) == {"compute-03", "compute-04"}, "drained", WAIT)
+        stack.set_rabbit("rabbit-1", "Ready")
+        wait_for(lambda: not _ours(stack), "undrained", WAIT)
+        assert stack.api.request_counts().get(("list", "storages")) == lists
+
+
+def test_a_pass_over_many_rabbits_at_once_completes():
+    """1,100 rabbits whose pools Fluxion marks at once (fakeflux answers synchronously): one
+    step per rabbit, each started from the loop, not nested in the last one's callback."""
+    rabbits = {f"rabbit-{i}": [f"compute-{i + 1:02d}"] for i in range(1100)}
+    config = {**CONFIG, "health-interval": "1h"}
+    with Stack(config, hosts=1100, rabbits=rabbits, identity="health-many") as stack:
+        health = stack.service.health
+        health.nodes.fluxion = True  # as if Fluxion were loaded: every pool is marked
+        stack.set_rabbit("rabbit-7", "Offline")  # a Storage change: a pass at once
+        wait_for(lambda: health.nodes.rabbits.get("rabbit-7") is False, "rabbit-7 down", WAIT)
+        assert len(health.nodes.rabbits) == 1100
+        assert health.last_error is None
 
 
 def test_a_fresh_system_whose_storage_has_no_status_drains_nothing(stack):

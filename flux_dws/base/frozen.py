@@ -24,6 +24,12 @@ class FrozenMap(Mapping[K, V]):
     def __getitem__(self, key: K) -> V:
         return self._data[key]
 
+    def __contains__(self, key: object) -> bool:  # the dict's own: Mapping's goes by KeyError
+        return key in self._data
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
     def __iter__(self) -> Iterator[K]:
         return iter(self._data)
 

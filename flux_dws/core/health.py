@@ -208,10 +208,14 @@ def wanted_drains(
     links to computes the configuration does not, and those count too.
     """
     by_name = {r.name: r for r in rabbits}
+    linked: dict[str, set[str]] = {}  # host -> rabbits whose Storage links it: one walk
+    for rabbit in by_name.values():
+        for host in rabbit.links:
+            linked.setdefault(host, set()).add(rabbit.name)
     wanted: dict[str, str] = {}
     for host in sorted(set(hosts)):
         names = {served[host]} if host in served else set()
-        names |= {r.name for r in by_name.values() if host in r.links}
+        names |= linked.get(host, set())
         for name in sorted(names):
             rabbit = by_name.get(name)
             why = rabbit.link_down(host) if rabbit else None

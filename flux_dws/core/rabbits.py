@@ -370,9 +370,13 @@ def resource_graph(
     graph = _Graph()
     root = graph.add(None, "cluster", cluster, id=0, basename="cluster")
     ssd_id = 0
-    for index, name in enumerate(sorted({served[n.host] for n in nodes if n.host in served})):
+    held_by: dict[str, list[Any]] = {}  # rabbit -> its nodes, in R's order: one walk of R
+    for node in nodes:
+        if node.host in served:
+            held_by.setdefault(served[node.host], []).append(node)
+    for index, name in enumerate(sorted(held_by)):
         rabbit = rabbits[name]
-        held = [node for node in nodes if served.get(node.host) == name]
+        held = held_by[name]
         vertex = graph.add(root, RABBIT_TYPE, name, id=index, properties={"rabbit": name})
         for size in _chunks(rabbit.gib, max(chunks, len(held))):
             status = 0 if rabbit.usable else 1

@@ -8,7 +8,6 @@ jittered retries, every attempt counted); credentials come from flux_dws.k8s.con
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -32,6 +31,7 @@ from flux_dws.k8s.errors import (
     KubeSetupError,
     NameTaken,
 )
+from flux_dws.k8s.rawapi import Core, CustomObjects, RawApi
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
     CLIENTMOUNTS,
@@ -115,8 +115,9 @@ class KubeClient:
         )
         self.host = api_client.configuration.host
         self._api = api_client
-        self._custom = k8s.CustomObjectsApi(api_client)
-        self._core = k8s.CoreV1Api(api_client)
+        self._raw = RawApi(api_client)  # the generated API classes cost more than the HTTP
+        self._custom = CustomObjects(self._raw)
+        self._core = Core(self._raw)
         self._merge_patch = merge_patch_kwargs(self._custom.patch_namespaced_custom_object)
 
     @classmethod
@@ -194,23 +195,14 @@ class KubeClient:
     def ping(self) -> None:
         """GET /version once, no retries: is the server answering at all (API health probe)?"""
 
-        def fetch() -> Any:
-            return k8s.VersionApi(self._api).get_code(
-                _preload_content=False, _request_timeout=self.timeout
-            )
-
-        self.calls.call("get", "version", "/version", fetch, timeout_arg=False, retries=0)
+        self.calls.call(
+            "get", "version", "/version", self._raw.request, "GET", "/version", retries=0
+        )
 
     def served_groups(self) -> dict[str, ServedGroup]:
         """API group -> served versions, from the API server's discovery document."""
 
-        def fetch() -> Any:
-            resp = k8s.ApisApi(self._api).get_api_versions(
-                _preload_content=False, _request_timeout=self.calls.timeouts()
-            )
-            return json.loads(resp.data)
-
-        doc = self.calls.call("get", "discovery", "/apis", fetch, timeout_arg=False)
+        doc = self.calls.call("get", "discovery", "/apis", self._raw.request, "GET", "/apis")
         groups: dict[str, ServedGroup] = {}
         for group in doc.get("groups") or []:
             versions = tuple(v.get("version", "") for v in group.get("versions") or [])
@@ -301,16 +293,26 @@ class KubeClient:
         restarts the list, a bounded number of times.  ``limit``: one page of at most that
         many, for a cheap probe.
         """
+        selector = instance_selector(self.identity)
         if limit:
-            items, rv, _ = self._list_page(limit, None)
+            items, rv, _ = self._list_page(
+                limit, None, (WATCHED, self.namespace, WORKFLOWS, selector)
+            )
             return items, rv
+        return self._list_all(WATCHED, self.namespace, WORKFLOWS, selector)
+
+    def _list_all(
+        self, what: str, namespace: str, plural: str, selector: str | None
+    ) -> tuple[list[dict], str]:
         restarts = 0
         while True:
             items: list[dict] = []
             token: str | None = None
             try:
                 while True:
-                    page, rv, token = self._list_page(self._page_size, token)
+                    page, rv, token = self._list_page(
+                        self._page_size, token, (what, namespace, plural, selector)
+                    )
                     items.extend(page)
                     if not token:
                         return items, rv
@@ -319,31 +321,38 @@ class KubeClient:
                     raise
                 restarts += 1
                 log.info(
-                    "listing workflows: continue token expired after %d items; restarting the"
+                    "listing %s: continue token expired after %d items; restarting the"
                     " list (%d of %d)",
+                    what,
                     len(items),
                     restarts,
                     LIST_RESTARTS,
                 )
 
-    def _list_page(self, limit: int, token: str | None) -> tuple[list[dict], str, str | None]:
+    def _list_page(
+        self, limit: int, token: str | None, where: tuple[str, str, str, str | None]
+    ) -> tuple[list[dict], str, str | None]:
+        """One page; ``where``: (what errors name, namespace, plural, label selector)."""
+        what, namespace, plural, selector = where
         extra = {"_continue": token} if token else {}
         result = self.calls.call(
             "list",
-            "workflows in namespace",
-            self.namespace,
+            what,
+            namespace,
             self._custom.list_namespaced_custom_object,
             DWS_GROUP,
             self.versions.workflow,
-            self.namespace,
-            WORKFLOWS,
-            label_selector=instance_selector(self.identity),
+            namespace,
+            plural,
+            label_selector=selector,
             limit=limit,
             **extra,
         )
         meta = result.get("metadata") if isinstance(result, dict) else None
         token = meta.get("continue") if isinstance(meta, dict) else None
-        return list(result.get("items") or []), version_of(result), token or None
+        items = result.get("items") if isinstance(result, dict) else None
+        page = [i for i in items or [] if isinstance(i, dict)] if isinstance(items, list) else []
+        return page, version_of(result), token or None
 
     def set_desired_state(self, name: str, state: State, *, hurry: bool = False) -> dict:
         """Merge-patch spec.desiredState (with hurry, only for Teardown)."""
@@ -400,20 +409,24 @@ class KubeClient:
 
     # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.core.health) --------------
 
-    def list_storages(self) -> list[dict]:
-        """Every rabbit's Storage resource (capacity, health, links to its computes)."""
-        found = self.calls.call(
-            "list",
+    def list_storages(self) -> tuple[list[dict], str]:
+        """Every rabbit's Storage resource (capacity, health, links to its computes), in
+        pages, and the list's resourceVersion (where a StorageWatch resumes)."""
+        return self._list_all("storages", STORAGE_NAMESPACE, STORAGES, None)
+
+    def open_storage_watch(
+        self, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> urllib3.HTTPResponse:
+        """Start one watch on every Storage after ``resource_version``; the raw response."""
+        return self._open_watch(
             "storages",
             STORAGE_NAMESPACE,
-            self._custom.list_namespaced_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            STORAGE_NAMESPACE,
             STORAGES,
+            None,
+            resource_version,
+            timeout_seconds,
+            read_timeout,
         )
-        items = found.get("items") if isinstance(found, Mapping) else None
-        return [i for i in items or [] if isinstance(i, dict)]
 
     def read_system_status(self) -> dict | None:
         namespace, name = SYSTEM_STATUS
@@ -523,15 +536,14 @@ class KubeClient:
     def read_token(self, namespace: str, name: str) -> str | None:
         """The workflow token (Secret ``data.token``, decoded), or None if there is none."""
 
-        def fetch() -> Any:
-            resp = self._core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=self.calls.timeouts()
-            )
-            return json.loads(resp.data)
-
         try:
             secret = self.calls.call(
-                "get", "secret", f"{namespace}/{name}", fetch, timeout_arg=False
+                "get",
+                "secret",
+                f"{namespace}/{name}",
+                self._core.read_namespaced_secret,
+                name,
+                namespace,
             )
         except KubeError as exc:
             if exc.status == 404:
@@ -539,15 +551,18 @@ class KubeClient:
             raise
         return decode_token(secret.get("data"))
 
-    def delete_workflow(self, name: str) -> None:
+    def delete_workflow(self, name: str, seen: Mapping[str, Any] | None = None) -> None:
         """Remove our finalizer, then delete the workflow.  Already gone is success.
 
         The finalizer patch carries the resourceVersion it was computed from; on a conflict
         the workflow is re-read and the patch recomputed, a bounded number of times.
+        ``seen``: the workflow as last watched (its metadata's finalizers and
+        resourceVersion are enough), to patch without reading it first; if it is stale, the
+        server's 409 makes it re-read.
         """
         target = self._workflow(name)
-        for _ in range(CONFLICT_RETRIES):
-            current = self.get_workflow(name)
+        for attempt in range(CONFLICT_RETRIES):
+            current = seen if attempt == 0 and seen is not None else self.get_workflow(name)
             if current is None:
                 return
             patch = finalizer_removal_patch(current)
@@ -597,14 +612,34 @@ class KubeClient:
         No retry here: the watch loop owns reconnecting.  The server ends the stream after
         ``timeout_seconds``; ``read_timeout`` (longer) notices a connection that died silently.
         """
+        return self._open_watch(
+            WATCHED,
+            self.namespace,
+            WORKFLOWS,
+            instance_selector(self.identity),
+            resource_version,
+            timeout_seconds,
+            read_timeout,
+        )
+
+    def _open_watch(
+        self,
+        what: str,
+        namespace: str,
+        plural: str,
+        selector: str | None,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+    ) -> urllib3.HTTPResponse:
         self.calls.count("watch")
         try:
             return self._custom.list_namespaced_custom_object(
                 DWS_GROUP,
                 self.versions.workflow,
-                self.namespace,
-                WORKFLOWS,
-                label_selector=instance_selector(self.identity),
+                namespace,
+                plural,
+                label_selector=selector,
                 watch=True,
                 allow_watch_bookmarks=True,
                 resource_version=resource_version,
@@ -613,11 +648,9 @@ class KubeClient:
                 _request_timeout=(self.timeout, read_timeout),
             )
         except ApiException as exc:
-            raise self.calls.api_error(
-                "watch", "workflows in namespace", self.namespace, exc
-            ) from exc
+            raise self.calls.api_error("watch", what, namespace, exc) from exc
         except TRANSPORT_ERRORS as exc:
-            raise transport_error("watch", "workflows in namespace", self.namespace, exc) from exc
+            raise transport_error("watch", what, namespace, exc) from exc
 
     # -- plumbing ------------------------------------------------------------------------
 

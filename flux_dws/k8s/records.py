@@ -10,7 +10,6 @@ tries again later.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flux_dws.base import untrusted
@@ -93,17 +92,13 @@ def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) 
 
 
 def _list_pods(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str, Any]]:
-    def fetch() -> Any:
-        response = kube._core.list_namespaced_pod(
-            namespace,
-            label_selector=container_selector(workflow),
-            _preload_content=False,
-            _request_timeout=kube.timeout,
-        )
-        return json.loads(response.data)
-
     result = kube.calls.call(
-        "list", "pods of workflow", f"{namespace}/{workflow}", fetch, timeout_arg=False
+        "list",
+        "pods of workflow",
+        f"{namespace}/{workflow}",
+        kube._core.list_namespaced_pod,
+        namespace,
+        label_selector=container_selector(workflow),
     )
     items = result.get("items") if isinstance(result, dict) else None
     return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
@@ -121,21 +116,18 @@ def _read_tail(
     bound = max(limit * 4, 4096)
     data, more = b"", False
     for lines in tail_lines(limit):
-
-        def fetch(lines: int = lines) -> bytes:
-            response = kube._core.read_namespaced_pod_log(
-                pod,
-                namespace,
-                container=container,
-                tail_lines=lines,
-                limit_bytes=bound,
-                _preload_content=False,
-                _request_timeout=kube.timeout,
-            )
-            return bytes(response.data)
-
         where = f"{namespace}/{pod}/{container}"
-        data = kube.calls.call("get", "pod log", where, fetch, timeout_arg=False)
+        data = kube.calls.call(
+            "get",
+            "pod log",
+            where,
+            kube._core.read_namespaced_pod_log,
+            pod,
+            namespace,
+            container=container,
+            tail_lines=lines,
+            limit_bytes=bound,
+        )
         more = data.count(b"\n") >= lines
         if len(data) < bound:
             return data, more

@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""WorkflowWatch: one long-lived watch on this instance's workflows, delivered once each.
+"""ResourceWatch: one long-lived watch on a kind of resource, each change delivered once.
+
+WorkflowWatch follows this instance's workflows (the service's jobs), StorageWatch every
+rabbit's Storage (flux_dws.service.healthwatch).
 
 The existing Flux integration polls every 5 s and replays everything from version 0 after a
 410; this watch reacts within milliseconds of a change and, after a 410, re-lists once and
@@ -129,14 +132,23 @@ def stream_lines(resp: Any) -> Iterator[bytes]:
                 yield line
 
 
-class WorkflowWatch:
-    """Deliver every change to this instance's workflows, once, from a background thread.
+#: (items, resourceVersion) of a full list; the raw response of one watch request
+Lister = Callable[[], "tuple[list[dict], str]"]
+Opener = Callable[[str, int, float], Any]
+
+
+class ResourceWatch:
+    """Deliver every change to the listed objects, once, from a background thread.
 
     ``on_event(kind, obj)``, ``on_health(connected, since)`` and ``on_listed()`` (after each
     full list's changes were delivered) run in the watch thread: they must be quick and hand
     the work to the service's loop.  ``since`` is the wall-clock time
     (time.time()) at which the API became reachable or unreachable.
     """
+
+    #: in logs and the thread's name ("workflow watch"), and what errors name
+    kind = "resource"
+    target = "resources"
 
     def __init__(
         self,
@@ -151,6 +163,7 @@ class WorkflowWatch:
         read_margin: float = 30.0,
     ) -> None:
         self._client = client
+        self._list, self._open = self.endpoints(client)
         self._on_event = on_event
         self._on_health = on_health
         self._on_listed = on_listed
@@ -170,6 +183,10 @@ class WorkflowWatch:
         self.relists = 0  # full lists (the first, and after each 410 Gone)
         self.restarts = 0  # watch requests opened after the first one
 
+    def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
+        """The full list and the watch request of this kind of resource."""
+        raise NotImplementedError
+
     @property
     def resource_version(self) -> str | None:
         """The version the next watch resumes from (None: the next step is a list)."""
@@ -177,8 +194,8 @@ class WorkflowWatch:
 
     def start(self) -> None:
         if self._thread is not None:
-            raise RuntimeError("WorkflowWatch already started")
-        self._thread = threading.Thread(target=self._run, name="workflow-watch", daemon=True)
+            raise RuntimeError(f"{type(self).__name__} already started")
+        self._thread = threading.Thread(target=self._run, name=f"{self.kind}-watch", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -212,7 +229,9 @@ class WorkflowWatch:
                     continue
             if outcome == "gone":
                 gone += 1
-                log.info("workflow watch: resourceVersion %s expired (410); re-listing", self._rv)
+                log.info(
+                    "%s watch: resourceVersion %s expired (410); re-listing", self.kind, self._rv
+                )
                 self._rv = None
                 if gone > 1:
                     self._sleep(self._backoff(gone - 1))
@@ -230,18 +249,19 @@ class WorkflowWatch:
         elif isinstance(exc, TRANSPORT_ERRORS):  # broke after connecting: the API is not "down"
             self._failed(f"stream broke: {type(exc).__name__}: {exc}", failures, down=False)
         else:
-            log.exception("workflow watch: unexpected error; retrying")
+            log.exception("%s watch: unexpected error; retrying", self.kind)
             self._sleep(self._backoff(failures))
         return "failed"
 
     def _relist(self) -> None:
-        items, rv = self._client.list_workflows()
+        items, rv = self._list()
         items = [slim(obj) for obj in items]
         self.relists += 1
         self._health(True)
         deliveries = self._delivered.relist(items, rv)
         log.info(
-            "workflow watch: listed %d workflows at resourceVersion %s (%d changes)",
+            "%s watch: listed %d at resourceVersion %s (%d changes)",
+            self.kind,
             len(items),
             rv,
             len(deliveries),
@@ -257,9 +277,7 @@ class WorkflowWatch:
         timeout = int(self._watch_timeout * (1 + random.random()))
         self.restarts += 1 if self._opened else 0
         self._opened = True
-        resp = self._client.open_workflow_watch(
-            self._rv or "", timeout, timeout + self._read_margin
-        )
+        resp = self._open(self._rv or "", timeout, timeout + self._read_margin)
         self._health(True)
         started = time.monotonic()
         received = 0
@@ -280,7 +298,7 @@ class WorkflowWatch:
                         return "gone"
                     raise KubeError(
                         "watch",
-                        "workflows in namespace",
+                        self.target,
                         self._client.namespace,
                         describe_status(code, obj.get("reason"), str(obj.get("message") or "")),
                         status=code,
@@ -307,13 +325,13 @@ class WorkflowWatch:
         try:
             self._on_event(kind, obj)
         except Exception:
-            log.exception("workflow watch: on_event failed for %s %s", kind, name_of(obj))
+            log.exception("%s watch: on_event failed for %s %s", self.kind, kind, name_of(obj))
 
     def _failed(self, what: str, failures: int, *, down: bool = True) -> None:
         delay = self._backoff(failures)
         if down:
             self._health(False)
-        log.warning("workflow watch: %s; reconnecting in %.1fs", what, delay)
+        log.warning("%s watch: %s; reconnecting in %.1fs", self.kind, what, delay)
         self._sleep(delay)
 
     def _health(self, connected: bool) -> None:
@@ -326,10 +344,30 @@ class WorkflowWatch:
             try:
                 self._on_health(connected, time.time())
             except Exception:
-                log.exception("workflow watch: on_health failed")
+                log.exception("%s watch: on_health failed", self.kind)
 
     def _backoff(self, attempt: int) -> float:
         return backoff_delay(attempt, base=self._backoff_base, cap=self._backoff_max)
 
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
+
+
+class WorkflowWatch(ResourceWatch):
+    """This instance's workflows (by label), in its namespace."""
+
+    kind = "workflow"
+    target = "workflows in namespace"
+
+    def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
+        return client.list_workflows, client.open_workflow_watch
+
+
+class StorageWatch(ResourceWatch):
+    """Every rabbit's Storage, in DWS's namespace: health follows it without polling."""
+
+    kind = "storage"
+    target = "storages"
+
+    def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
+        return client.list_storages, client.open_storage_watch

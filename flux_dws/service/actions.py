@@ -263,7 +263,8 @@ def delete_workflow(
     def deleted(_result: Any) -> None:
         tracked.deleted = wf.uid
 
-    x.call(tracked, "deleting the workflow", done, deleted, x.kube.delete_workflow, wf.name)
+    seen = {"metadata": {"finalizers": list(wf.finalizers), "resourceVersion": wf.resource_version}}
+    x.call(tracked, "deleting the workflow", done, deleted, x.kube.delete_workflow, wf.name, seen)
 
 
 def read_failures(

@@ -1,16 +1,20 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""The health monitor: every ``[dws] health-interval``, compare rabbits with Flux and act.
+"""The health monitor: compare rabbits with Flux and act, on every Storage change and every
+``[dws] health-interval``.
 
-One pass reads Flux's drain state (resource.status), then on a worker thread every Storage,
-the SystemConfiguration and the SystemStatus; flux_dws.core.health decides; this module drains and
-undrains through flux_dws.flux.resource, marks down rabbits' ssd pools in Fluxion, and writes
-only the SystemStatus entries that changed.  Each pass also lists every Servers resource and
-compares each rabbit's free space with what they explain (flux_dws.core.health.capacity_drifts):
-a rabbit missing more than ``[dws] capacity-drift`` is logged, counted in ``report()`` (shown
-by `flux dws status`) and has that much of its pool kept down in Fluxion until it is explained.
-It is a periodic full comparison rather than an
-edge-triggered reaction, so a restarted service (or a missed change) converges on the next
-pass, and a pass that fails is simply repeated on the next one.  Passes never overlap.
+Storage is watched (flux_dws.k8s.watch.StorageWatch: one list, then a watch, as for the
+workflows), so a rabbit that goes down starts a pass at once and no Storage is listed in steady
+state.  One pass reads Flux's drain state (resource.status), then on a worker thread the
+SystemConfiguration, the SystemStatus and every Servers resource; flux_dws.core.health decides
+from the watched Storages; this module drains and undrains through flux_dws.flux.resource, marks
+down rabbits' ssd pools in Fluxion, and writes only the SystemStatus entries that changed.  Each
+pass also compares each rabbit's free space (from the watched Storage) with what the Servers
+explain (flux_dws.core.health.capacity_drifts): a rabbit missing more than ``[dws]
+capacity-drift`` is logged, counted in ``report()`` (shown by `flux dws status`) and has that
+much of its pool kept down in Fluxion until it is explained.  Each pass is a full comparison
+(level-triggered), and one runs every ``health-interval`` even when nothing was seen to change,
+so a restarted service (or a missed change) converges on the next pass, and a pass that fails
+is simply repeated on the next one.  Passes never overlap.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from flux_dws.core.policy import Policy
 from flux_dws.core.storage import rabbit_map
 from flux_dws.flux.resource import NodeControl, NodeStatus
 from flux_dws.k8s import KubeClient, KubeWorker
+from flux_dws.k8s.watch import DELETED, StorageWatch
 
 log = logging.getLogger("flux-dws")
 
@@ -75,19 +80,49 @@ class HealthMonitor:
         self._again = False
         self._timer: Timer | None = None
         self._stopped = False
+        self._rabbits: dict[str, health.Rabbit] = {}  # Storage name -> as last seen
+        self._storages: dict[str, dict] = {}  # Storage name -> the object (capacity drift)
+        self._listed = False  # the watch has listed every Storage once: passes may run
+        self._watch = StorageWatch(
+            kube,
+            lambda kind, obj: loop.call_soon(self._storage_event, kind, obj),
+            on_listed=lambda: loop.call_soon(self._storages_listed),
+        )
 
     def start(self) -> None:
-        self.loop.call_soon(self.poke)
+        self._watch.start()  # the first pass runs once it has listed every Storage
 
     def stop(self) -> None:
         self._stopped = True
         if self._timer:
             self._timer.cancel()
+        self._watch.stop()
+
+    def _storage_event(self, kind: str, obj: dict) -> None:
+        """A Storage changed: a pass at once if what health reads of it changed."""
+        rabbit = health.rabbit_from_storage(obj)
+        if rabbit is None:
+            return
+        if kind == DELETED:
+            changed = self._rabbits.pop(rabbit.name, None) is not None
+            self._storages.pop(rabbit.name, None)
+        else:
+            changed = self._rabbits.get(rabbit.name) != rabbit
+            self._rabbits[rabbit.name] = rabbit
+            self._storages[rabbit.name] = obj  # free space changes start no pass of their own
+        if changed and self._listed:
+            self.poke()
+
+    def _storages_listed(self) -> None:
+        first = not self._listed
+        self._listed = True
+        if first:
+            self.poke()
 
     def poke(self) -> None:
         """Run a pass now (or right after the one in flight)."""
-        if self._stopped:
-            return
+        if self._stopped or not self._listed:
+            return  # before the first list: the first pass follows it
         if self._running:
             self._again = True
             return
@@ -120,10 +155,11 @@ class HealthMonitor:
             self._finish(f"cannot read Flux's drain state: {error}")
             return
 
+        rabbits = tuple(self._rabbits.values())  # as watched, taken on the loop's thread
+        storages = tuple(self._storages.values())
+
         def read() -> Observed:
-            storages = self.kube.list_storages()
             served = rabbit_map(self.kube.read_system_configuration())
-            rabbits = tuple(r for r in map(health.rabbit_from_storage, storages) if r)
             drifts = health.capacity_drifts(
                 storages, self.kube.list_servers(), self.policy.capacity_drift
             )
@@ -139,7 +175,7 @@ class HealthMonitor:
 
     def _decide(self, status: NodeStatus, seen: Observed | None, exc: BaseException | None) -> None:
         if seen is None:
-            self._finish(f"cannot read rabbit Storage resources: {exc}")
+            self._finish(f"cannot read the SystemConfiguration or SystemStatus: {exc}")
             return
         plan = health.plan_drains(
             seen.rabbits,
@@ -263,18 +299,21 @@ class HealthMonitor:
 
         self.worker.submit(self.kube.write_system_status, patch, exists, on_done=finished)
 
-    def _run(self, steps: list[Any], errors: list[str]) -> None:
-        if not steps:
+    def _run(self, steps: list[Any], errors: list[str], first: int = 0) -> None:
+        """Run ``steps[first:]`` one after another.  The next step is queued on the loop, not
+        called from the last one's callback: a callback that runs at once (720 rabbits to
+        mark) would otherwise nest one frame deeper per step, past Python's recursion limit."""
+        if first >= len(steps):
             self._finish("; ".join(errors) or None)
             return
 
         def next_step(error: str | None) -> None:
             if error is not None:
                 errors.append(error)
-            self._run(steps[1:], errors)
+            self.loop.call_soon(self._run, steps, errors, first + 1)
 
         try:
-            steps[0](next_step)
+            steps[first](next_step)
         except Exception as exc:  # a bug must not stop the monitor: log and go on
             log.exception("health pass step failed")
             next_step(f"{type(exc).__name__}: {exc}")

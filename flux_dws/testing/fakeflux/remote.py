@@ -33,6 +33,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from flux_dws.base.loop import Loop
@@ -266,6 +267,25 @@ def rss_mib() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
+def cpu_s() -> float:
+    """CPU seconds (user + system) this process has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_by_thread() -> dict[str, float]:
+    """CPU seconds of each live thread, summed by name (digits dropped: one pool, one entry)."""
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident or 0))
+        except (OSError, AttributeError, OverflowError):
+            continue
+        name = thread.name.rstrip("0123456789-_ ") or thread.name
+        out[name] = round(out.get(name, 0.0) + seconds, 3)
+    return out
+
+
 def service_figures(service: Any) -> dict[str, Any]:
     """A service's figures as JSON data: reactions (state, seconds), requests, actions."""
     metrics = service.metrics
@@ -310,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=TransportNodes(transport),
     )
     memory = {"baseline_mib": rss_mib(), "peak_tracked": 0, "rss_at_peak_mib": 0.0}
+    cpu_at_start = cpu_s()  # after imports and connecting: the jobs' share is what follows
 
     def sample() -> None:  # memory per tracked workflow: RSS when the most are tracked
         if len(service.jobs) >= memory["peak_tracked"]:
@@ -320,12 +341,22 @@ def main(argv: list[str] | None = None) -> int:
     loop.call_soon(service.start)
     if args.metrics:
         loop.call_soon(sample)
-    loop.run()
+    profile_to = os.environ.get("FLUX_DWS_PROFILE_LOOP")  # bench: where the loop's CPU goes
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile(time.thread_time)
+        profiler.runcall(loop.run)
+        profiler.dump_stats(profile_to)
+    else:
+        loop.run()
+    threads = cpu_by_thread()  # before stopping: the threads are still there
     service.stop()
     transport.close()
     if args.metrics:
+        memory["cpu_by_thread"] = threads
         with open(args.metrics, "w") as out:
-            json.dump({**service_figures(service), **memory}, out)
+            json.dump({**service_figures(service), **memory, "cpu_s": cpu_s() - cpu_at_start}, out)
     kube.close()
     return 0
 
