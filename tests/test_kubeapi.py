@@ -387,6 +387,36 @@ def test_delete_preconditions(co):
     )
 
 
+def test_delete_collection_selects_by_label_and_field_and_keeps_finalized_objects(co):
+    """DWS's finalizer removes a workflow's Computes with DeleteAllOf: DELETE on the collection."""
+    for name, labels, finalizers in (
+        ("c1", {"owner": "wf1"}, None),
+        ("c2", {"owner": "wf1"}, [FINALIZER]),
+        ("c3", {"owner": "wf2"}, None),
+        ("c4", {"owner": "wf1"}, None),
+    ):
+        co.create_namespaced_custom_object(G, V, NS, "computes", computes(name, labels, finalizers))
+    done = co.delete_collection_namespaced_custom_object(
+        G, V, NS, "computes", label_selector="owner=wf1", field_selector="metadata.name!=c4"
+    )
+    assert done["kind"] == "ComputesList"
+    assert [o["metadata"]["name"] for o in done["items"]] == ["c1", "c2"]
+    left = co.list_namespaced_custom_object(G, V, NS, "computes")["items"]
+    assert [o["metadata"]["name"] for o in left] == ["c2", "c3", "c4"]
+    assert left[0]["metadata"]["deletionTimestamp"]
+    co.delete_collection_namespaced_custom_object(G, V, NS, "computes", dry_run="All")
+    assert len(co.list_namespaced_custom_object(G, V, NS, "computes")["items"]) == 3
+    co.delete_collection_namespaced_custom_object(G, V, NS, "computes")
+    left = co.list_namespaced_custom_object(G, V, NS, "computes")["items"]
+    assert [o["metadata"]["name"] for o in left] == ["c2"]
+    status, body, _ = failure(
+        lambda: co.delete_collection_namespaced_custom_object(
+            G, V, NS, "computes", label_selector="owner in (wf1"
+        )
+    )
+    assert status == 400
+
+
 # -- watches ---------------------------------------------------------------------------
 
 

@@ -21,7 +21,16 @@ NNF_GROUP = "nnf.cray.hpe.com"
 NNF_VERSIONS = ("v1alpha10",)
 CORE_VERSIONS = ("v1",)
 
-NAMESPACED_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+NAMESPACED_VERBS = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ def verb_of(method: str, target: ResourcePath, query: dict[str, str]) -> str:
         ("PUT", True): "update",
         ("PATCH", True): "patch",
         ("DELETE", True): "delete",
+        ("DELETE", False): "deletecollection",
     }
     try:
         return verbs[(method, item)]
@@ -288,6 +289,9 @@ class _Handler(BaseHTTPRequestHandler):
         if verb == "delete":
             self._serve_delete(target, body)
             return
+        if verb == "deletecollection":
+            self._serve_delete_collection(target, query, body)
+            return
         options = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}
         write = self._write(target, query, options[verb])
         params.check_field_validation(query)
@@ -432,6 +436,37 @@ class _Handler(BaseHTTPRequestHandler):
                 details["group"] = target.resource.group
             status = {"kind": "Status", "apiVersion": "v1", "metadata": {}}
             self._send_json(200, {**status, "status": "Success", "details": details})
+
+    def _serve_delete_collection(
+        self, target: ResourcePath, query: dict[str, str], body: Any
+    ) -> None:
+        """DELETE on a collection: the selected objects go (or get deletionTimestamp) and the
+        answer is their List, as kube-apiserver's deletecollection sends it."""
+        if target.subresource is not None:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        params.integer(query, "gracePeriodSeconds")
+        options = body if isinstance(body, dict) else {}
+        sent = options.get("dryRun")
+        dry_run = params.dry_run(
+            self._dry_run_values or (sent if isinstance(sent, list) else []), "DeleteOptions"
+        )
+        gone = self.server.api.store.delete_collection(
+            target.resource.plural,
+            target.namespace,
+            query.get("labelSelector"),
+            query.get("fieldSelector"),
+            dry_run=dry_run,
+        )
+        items = [self._versioned(target, obj) for obj in gone]
+        self._send_json(
+            200,
+            {
+                "kind": f"{target.resource.kind}List",
+                "apiVersion": target.resource.api_version(target.version),
+                "metadata": {"resourceVersion": self.server.api.store.resource_version},
+                "items": items,
+            },
+        )
 
     def _serve_subresource(
         self, method: str, target: ResourcePath, query: dict[str, str], body: Any

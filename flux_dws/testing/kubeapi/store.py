@@ -426,6 +426,23 @@ class Store:
                 return done.out(shared)
             return self._commit(resource, key, "DELETED", old.copy(), old, dry_run).out(shared)
 
+    def delete_collection(
+        self,
+        plural: str,
+        namespace: str | None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[dict]:
+        """DELETE on a collection (client-go's DeleteAllOf): each selected object is deleted as
+        by ``delete`` (finalizers keep it, with deletionTimestamp set).  Returns them as last
+        stored, in list order, as kube-apiserver's deletecollection answers."""
+        with self._lock:
+            found = self._matching(plural, namespace, label_selector, field_selector)
+            names = [(s.obj["metadata"].get("namespace"), s.obj["metadata"]["name"]) for s in found]
+            return [self.delete(plural, ns, name, dry_run=dry_run) for ns, name in names]
+
     def _finalize_namespace(self, namespace: str) -> None:
         """The namespace controller: delete everything in a terminating namespace, and the
         namespace itself once nothing is left (objects with finalizers hold it)."""
