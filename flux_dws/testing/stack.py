@@ -60,6 +60,7 @@ class Stack:
         rabbits: Mapping[str, Sequence[str]] | None = None,
         capacity: int | None = None,
         system_storage: Mapping[str, int] | None = None,
+        dws: str = "sim",
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -67,6 +68,12 @@ class Stack:
         if backend not in ("fake", "flux"):
             raise ValueError(f"backend must be 'fake' or 'flux', not {backend!r}")
         self.backend = backend
+        if dws not in ("sim", "real"):
+            raise ValueError(f"dws must be 'sim' or 'real', not {dws!r}")
+        # "real": HPE's DWS manager and DWS's test driver (flux_dws.testing.realdws) run the
+        # workflows, and dwssim stands aside (test-driver directives need no NNF driver).
+        self.dws = dws
+        self.real_dws: Any = None
         self.realflux_options = dict(realflux or {})  # RealFlux keywords (persist, broker_env)
         self.identity = identity
         self.hosts = compute_names(hosts)
@@ -114,11 +121,17 @@ class Stack:
             self.api.write_kubeconfig(self.kubeconfig)
             extra = {} if self.capacity is None else {"capacity": self.capacity}
             self.rabbits = seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
-            self.sim = DwsSim(
-                self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
-            ).start()
-            for rabbit, size in sorted(self.system_storage.items()):
-                self.sim.add_outside_storage(f"system-{rabbit}", rabbit, size)
+            if self.dws == "real":
+                from flux_dws.testing.realdws import RealDws
+
+                self.real_dws = RealDws(self.kubeconfig, self._tmp.name)
+                self.real_dws.start()
+            else:
+                self.sim = DwsSim(
+                    self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
+                ).start()
+                for rabbit, size in sorted(self.system_storage.items()):
+                    self.sim.add_outside_storage(f"system-{rabbit}", rabbit, size)
         if self.backend == "flux":
             from flux_dws.testing.realflux import RealFlux
 
@@ -270,6 +283,7 @@ class Stack:
             self._server and self._server.stop,
             self.flux and self.flux.stop,
             self.sim and self.sim.stop,
+            self.real_dws and self.real_dws.stop,
             self.api and self.api.stop,
             self._process and self._stop_api_process,
         ):

@@ -103,9 +103,9 @@ def enter_state(workflow: Mapping[str, Any], now: datetime.datetime) -> Workflow
         state=wf["spec"]["desiredState"],
         ready=False,
         status=Status.DRIVER_WAIT.value,
-        message="",
         desiredStateChange=micro_time(now),
     )
+    status.pop("message", None)  # DWS's field is omitempty: an empty message is absent
     wf["spec"]["forceReady"] = False
     return wf
 
@@ -121,26 +121,32 @@ def force_ready(workflow: Mapping[str, Any], now: datetime.datetime) -> Workflow
 def roll_up(workflow: Mapping[str, Any], now: datetime.datetime) -> Workflow:
     """Fold the driver entries of the current state into status, message and ready.
 
-    A state that is ready stays ready (DWS stops looking once it is); one without driver
-    entries is ready at once.  Among the entries of the highest priority, the first with a
-    message gives status.message as "DW Directive <index>: <message>".
+    As DWS's Workflow controller does it: a state that is ready stays ready (DWS stops looking
+    once it is); one without driver entries is ready at once.  DWS sorts the entries by
+    priority (its sort of a few entries keeps their order) and walks them, clearing ready at
+    each incomplete one, until the first of a lower priority than the top (that one is still
+    looked at for ready).  The *last* top entry with a message gives status.message as
+    "DW Directive <index>: <message>", and the top status (DriverWait for the middle rank).
     """
     wf, status = _with_own_status(workflow)
     if status.get("ready") or not status.get("state"):
         return wf
     entries = [d for d in status.get("drivers") or [] if d.get("watchState") == status["state"]]
-    ready = all(bool(d.get("completed")) for d in entries)
-    result, message = Status.COMPLETED.value, ""
-    if entries:
-        top = max(_priority(d) for d in entries)
-        leaders = [d for d in entries if _priority(d) == top]
-        lead_status = str(leaders[0].get("status") or "")
+    ready, result, message = True, Status.COMPLETED.value, ""
+    ranked = sorted(entries, key=_priority, reverse=True)  # stable, as DWS's is for few
+    top = _priority(ranked[0]) if ranked else 0
+    for entry in ranked:
+        if not entry.get("completed"):
+            ready = False
+        if _priority(entry) < top:
+            break
+        if entry.get("message"):
+            message = f"DW Directive {entry.get('dwdIndex', 0)}: {entry['message']}"
+        lead_status = str(entry.get("status") or "")
         result = lead_status if lead_status in _PASSED_UP else Status.DRIVER_WAIT.value
-        for entry in leaders:
-            if entry.get("message"):
-                message = f"DW Directive {entry.get('dwdIndex', 0)}: {entry['message']}"
-                break
     status.update(ready=ready, status=result, message=message)
+    if not message:
+        del status["message"]  # omitempty, as DWS writes it
     if ready:
         _stamp_ready(status, now)
     return wf

@@ -1,0 +1,248 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""The lifecycle against the real DWS: HPE's DWS manager and DWS's test driver on kubeapi.
+
+Every scenario runs twice, on dwssim ("sim") and on the real DWS ("real", where the binaries
+are built: flux_dws.testing.realdws says where they are looked for), and must end the same
+way on both: what the real one does is what dwssim is held to.  Test-driver directives
+(``#DW <State> action=complete|wait|error``) need no NNF driver, so none runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from flux_dws.core.identity import workflow_name
+from flux_dws.core.states import State
+from flux_dws.testing.kubeapi import ApiError
+from flux_dws.testing.realdws import real_dws_problem
+from flux_dws.testing.stack import Stack
+
+STATES = list(State)
+BEFORE_TEARDOWN = STATES[:-1]
+
+
+@pytest.fixture(scope="module", params=["sim", "real"])
+def dws(request):
+    """One stack per DWS: dwssim's controller, or the real DWS manager and test driver."""
+    if request.param == "real" and real_dws_problem():
+        pytest.skip(real_dws_problem())
+    with Stack(hosts=4, dws=request.param) as running:
+        yield running
+
+
+@pytest.fixture
+def stack(dws):
+    yield dws
+    if not dws.service_running():  # a test that killed it failed before restarting it
+        dws.start_service()
+
+
+def names(info) -> list[str]:
+    return [e["name"] for e in info.eventlog]
+
+
+def states_entered(info) -> list[str]:
+    return [e["context"]["state"] for e in info.events("dws-state")]
+
+
+def note(info) -> str:
+    return (info.exception or {}).get("note", "")
+
+
+def assert_clean(stack, info) -> None:
+    """The job holds nothing and its workflow (and the Computes DWS made) are gone."""
+    assert info.state == "INACTIVE" and not info.holds, info.holds
+    name = workflow_name(stack.identity, info.id)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [plural for plural in ("workflows", "computes") if _exists(stack, plural, name)]
+        if not left:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"left behind for {name}: {left}")
+
+
+def _exists(stack, plural: str, name: str) -> bool:
+    try:
+        stack.api.store.get(plural, stack.policy.namespace, name)
+    except ApiError:
+        return False
+    return True
+
+
+def complete_waiting_driver(stack, jobid: int, state: State) -> None:
+    """What an external process does for ``action=wait``: mark the driver entry done."""
+    stack.wait_workflow(jobid, state)
+    name = workflow_name(stack.identity, jobid)
+    store = stack.api.store
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        obj = store.get("workflows", stack.policy.namespace, name)
+        drivers = (obj.get("status") or {}).get("drivers") or []
+        entries = [d for d in drivers if d.get("watchState") == state.value]
+        if entries and obj["status"].get("state") == state.value:
+            for entry in entries:
+                entry.update(completed=True, status="Completed")
+                entry.pop("error", None)  # a driver clears its error as it completes
+                entry.pop("message", None)
+                entry["completeTime"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+            try:
+                store.replace("workflows", stack.policy.namespace, name, obj)
+                return
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+        time.sleep(0.05)
+    raise TimeoutError(f"no {state.value} driver entry to complete on {name}")
+
+
+def test_every_state_completing(stack):
+    jobid = stack.submit([f"#DW {s.value} action=complete" for s in STATES], runtime=0.05)
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED" and info.attach_status == 0, info.exception
+    assert states_entered(info) == [s.value for s in STATES]
+    assert_clean(stack, info)
+
+
+@pytest.mark.parametrize("state", BEFORE_TEARDOWN, ids=lambda s: s.value)
+def test_wait_then_completed_by_the_test(stack, state):
+    jobid = stack.submit([f"#DW {state.value} action=wait"], runtime=0.05)
+    complete_waiting_driver(stack, jobid, state)
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED" and info.attach_status == 0, info.exception
+    assert states_entered(info) == [s.value for s in STATES]
+    assert_clean(stack, info)
+
+
+@pytest.mark.parametrize("state", STATES, ids=lambda s: s.value)
+def test_fatal_error_in_each_state(stack, state):
+    jobid = stack.submit(
+        [f"#DW {state.value} action=error message=disk_on_fire severity=Fatal"], runtime=0.05
+    )
+    info = stack.wait(jobid)
+    ran = "start" in names(info)
+    entered = states_entered(info)
+    assert entered[-1] == "Teardown"
+    if state is State.TEARDOWN:
+        assert info.result == "COMPLETED" and info.events("dws-teardown-failed")
+    else:
+        assert ran == (state in (State.POSTRUN, State.DATAOUT))
+        assert info.attach_status != 0 and info.exception["type"] == "dws"
+        assert note(info) == f"{state.value} failed: Reported error: disk_on_fire", note(info)
+        # a failure before DataOut skips it: nothing is copied out of a failed job
+        assert ("DataOut" in entered) == (state is State.DATAOUT)
+    assert_clean(stack, info)
+
+
+def wait_driver_status(stack, jobid: int, status: str) -> dict:
+    """The first driver entry of the job's workflow whose status is ``status``, once one is."""
+    name = workflow_name(stack.identity, jobid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            obj = stack.api.store.get("workflows", stack.policy.namespace, name)
+        except ApiError:  # not created yet
+            obj = {}
+        for entry in (obj.get("status") or {}).get("drivers") or []:
+            if entry.get("status") == status:
+                return entry
+        time.sleep(0.05)
+    raise TimeoutError(f"no driver entry of {name} became {status}")
+
+
+def test_major_error_is_a_transient_condition_that_clears(stack):
+    jobid = stack.submit(
+        ["#DW Setup action=error message=flaky severity=Major"],
+        timeouts={"transient": "60s"},
+        runtime=0.05,
+    )
+    stack.wait_event(jobid, "dws-transient")
+    complete_waiting_driver(stack, jobid, State.SETUP)
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED" and info.attach_status == 0, info.exception
+    assert_clean(stack, info)
+
+
+def test_major_error_past_the_grace_period_fails_the_job(stack):
+    jobid = stack.submit(
+        ["#DW PreRun action=error message=flaky severity=Major"], timeouts={"transient": "1s"}
+    )
+    info = stack.wait(jobid)
+    assert info.result == "FAILED"
+    assert "TransientCondition for more than 1s" in note(info), note(info)
+    assert "start" not in names(info)
+    assert_clean(stack, info)
+
+
+def test_minor_error_leaves_the_driver_running_until_it_clears(stack):
+    """DWS's Minor severity is status Running with the error recorded: not a failure."""
+    jobid = stack.submit(["#DW DataIn action=error message=slow_disk severity=Minor"])
+    entry = wait_driver_status(stack, jobid, "Running")
+    assert (entry["message"], entry["error"]) == ("Reported error: slow_disk", "slow disk")
+    complete_waiting_driver(stack, jobid, State.DATAIN)
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED" and not info.events("dws-transient"), info.exception
+    assert_clean(stack, info)
+
+
+def test_minor_error_that_never_clears_ends_at_the_state_timeout(stack):
+    jobid = stack.submit(["#DW DataIn action=error message=slow_disk"], timeouts={"datain": "1s"})
+    info = stack.wait(jobid)
+    assert info.result == "FAILED"
+    assert "DataIn did not complete within 1s" in note(info), note(info)
+    assert_clean(stack, info)
+
+
+def test_several_directives_at_once_the_last_fatal_is_reported(stack):
+    jobid = stack.submit(
+        [
+            "#DW Proposal action=complete",
+            "#DW Setup action=complete",
+            "#DW Setup action=error message=first severity=Fatal",
+            "#DW Setup action=error message=second severity=Fatal",
+            "#DW Teardown action=complete",
+        ]
+    )
+    info = stack.wait(jobid)
+    assert info.result == "FAILED"
+    assert note(info) == "Setup failed: Reported error: second", note(info)
+    assert_clean(stack, info)
+
+
+@pytest.mark.parametrize("state", BEFORE_TEARDOWN, ids=lambda s: s.value)
+def test_cancel_while_waiting_reaches_teardown(stack, state):
+    jobid = stack.submit([f"#DW {state.value} action=wait"], runtime=0.05)
+    stack.wait_workflow(jobid, state)
+    stack.cancel(jobid)
+    info = stack.wait(jobid)
+    assert info.exception["type"] == "cancel"
+    assert states_entered(info)[-1] == "Teardown"
+    assert_clean(stack, info)
+
+
+def test_service_killed_mid_run_picks_up_where_it_stopped(stack):
+    jobid = stack.submit(["#DW PreRun action=wait"], runtime=0.05)
+    stack.wait_workflow(jobid, State.PRERUN)
+    stack.kill_service()
+    complete_waiting_driver(stack, jobid, State.PRERUN)
+    stack.start_service()
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED" and info.attach_status == 0, info.exception
+    assert states_entered(info)[-1] == "Teardown"
+    assert_clean(stack, info)
+
+
+def test_a_burst_of_fifty_jobs_all_end_clean(stack):
+    directives = [
+        ["#DW Proposal action=complete"],
+        ["#DW Setup action=error message=burst severity=Fatal"],
+        ["#DW PostRun action=complete", "#DW DataOut action=complete"],
+    ]
+    jobs = [stack.submit(directives[i % 3], runtime=0.01) for i in range(50)]
+    infos = [stack.wait(jobid, timeout=300) for jobid in jobs]
+    results = [info.result for info in infos]
+    assert results == [("FAILED" if i % 3 == 1 else "COMPLETED") for i in range(50)]
+    for info in infos:
+        assert_clean(stack, info)
