@@ -49,14 +49,17 @@ def _no_process_left(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail(f"{len(left)} process(es) left behind (now ended): {listing}")
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """One line: whether the real-Flux parts run, and if not, why."""
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """One line each: whether the real-Flux and the real-DWS parts run, and if not, why."""
+    from flux_dws.testing.realdws import dws_manager, real_dws_problem, test_driver
+
+    dws = real_dws_problem() or f"real DWS: {dws_manager()} with {test_driver()}"
     missing = _real_flux_missing()
     if missing:
-        return f"{missing} (its tests are deselected)"
+        return [f"{missing} (its tests are deselected)", dws]
     from flux_dws.flux.bindings import flux_command
 
-    return f"real Flux: {flux_command()}"
+    return [f"real Flux: {flux_command()}", dws]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
