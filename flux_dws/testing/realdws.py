@@ -21,6 +21,8 @@ DWS_ENV = "FLUX_DWS_REAL_DWS"
 TEST_DRIVER_ENV = "FLUX_DWS_TEST_DRIVER"
 DEFAULT_DWS = "/opt/dws/bin/dws-manager"
 DEFAULT_TEST_DRIVER = "/opt/dws/bin/dws-test-driver"
+CRDS_ENV = "FLUX_DWS_CRDS"  # colon-separated directories of CRD manifests
+DEFAULT_CRDS = ("/opt/dws/config/dws/crd/bases", "/opt/dws/config/nnf-sos/crd/bases")
 READY_TIMEOUT = 30.0  # seconds for a manager to sync its informers and start its workers
 STOP_TIMEOUT = 10.0
 
@@ -31,6 +33,13 @@ def dws_manager() -> str:
 
 def test_driver() -> str:
     return os.environ.get(TEST_DRIVER_ENV) or DEFAULT_TEST_DRIVER
+
+
+def crd_dirs() -> list[str]:
+    """Where the built DWS and nnf-sos keep their CRD manifests (config/crd/bases), if there."""
+    listed = os.environ.get(CRDS_ENV)
+    paths = listed.split(":") if listed else list(DEFAULT_CRDS)
+    return [p for p in paths if os.path.isdir(p)]
 
 
 def real_dws_problem() -> str | None:

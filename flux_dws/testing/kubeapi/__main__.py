@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 
+import yaml
+
+from . import crds, resources
 from .server import KubeApi
 from .store import DEFAULT_HISTORY, Store
 
@@ -36,6 +39,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bookmark-interval", type=float, default=1.0, metavar="SECONDS")
     parser.add_argument("--history", type=int, default=DEFAULT_HISTORY, metavar="EVENTS")
     parser.add_argument("--no-webhooks", action="store_true", help="no Workflow admission")
+    parser.add_argument(
+        "--crd",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="serve the kinds of these CRD manifests (files or directories), in place of ours",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return parser.parse_args(argv)
 
@@ -46,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.crd:
+        try:
+            resources.register(crds.load(args.crd))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            print(f"kubeapi: cannot serve the CRDs: {exc}", file=sys.stderr)
+            return 1
     namespaces = tuple(dict.fromkeys(["default", *args.namespace]))
     store = Store(history_limit=args.history, webhooks=not args.no_webhooks, namespaces=namespaces)
     if args.state and os.path.exists(args.state):

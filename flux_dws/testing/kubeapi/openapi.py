@@ -144,6 +144,11 @@ def schema_name(resource: Resource, version: str) -> str:
 
 
 def kind_schema(resource: Resource, version: str, ref: str) -> dict:
+    gvk = [{"group": resource.group, "kind": resource.kind, "version": version}]
+    if resource.schema is not None:  # served from its CRD: the CRD's structural schema
+        properties = dict(resource.schema.get("properties") or {})
+        properties["metadata"] = {"allOf": [{"$ref": f"{ref}{OBJECT_META}"}], "default": {}}
+        return {**resource.schema, "properties": properties, "x-kubernetes-group-version-kind": gvk}
     description, extra = _KINDS.get(
         resource.plural,
         (
@@ -176,6 +181,11 @@ def unknown_fields(resource: Resource, obj: dict) -> list[tuple[str, ...]]:
 
 
 def _unknown(schema: dict, value: Any, path: tuple[str, ...], found: list) -> None:
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):  # a CRD's arrays of objects
+        for index, item in enumerate(value):
+            _unknown(items, item, (*path, str(index)), found)
+        return
     properties = schema.get("properties")
     if not isinstance(value, dict) or properties is None:
         return

@@ -7,7 +7,8 @@ object (as a CRD with a no-op conversion does); the first version listed is the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from . import builtin
 from .builtin import Column
@@ -48,6 +49,8 @@ class Resource:
     field_labels: tuple[str, ...] = ()
     #: subresources the kind declares ("status": spec and status are written separately)
     subresources: tuple[str, ...] = ()
+    #: the structural openAPIV3Schema of a kind served from its CRD (None: openapi's own)
+    schema: dict | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def singular(self) -> str:
@@ -222,6 +225,20 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 _BY_PLURAL = {r.plural: r for r in RESOURCES}
+
+
+def register(extra: Iterable[Resource]) -> None:
+    """Serve ``extra`` too, each in place of a kind of the same plural and group.
+
+    Process-wide, for ``python -m flux_dws.testing.kubeapi --crd``: a server that serves the
+    kinds of a system's CRD manifests runs in a process of its own.
+    """
+    global RESOURCES, _BY_PLURAL
+    table = {(r.group, r.plural): r for r in RESOURCES}
+    for resource in extra:
+        table[(resource.group, resource.plural)] = resource
+    RESOURCES = tuple(table.values())
+    _BY_PLURAL = {r.plural: r for r in RESOURCES}
 
 
 def by_plural(plural: str) -> Resource:

@@ -370,7 +370,7 @@ class _Handler(BaseHTTPRequestHandler):
         for path in unknown:
             parent = obj
             for step in path[:-1]:
-                parent = parent[step]
+                parent = parent[int(step)] if isinstance(parent, list) else parent[step]
             del parent[path[-1]]
         if validation == "Warn":
             self._warnings.extend(f'unknown field "{name}"' for name in names)
