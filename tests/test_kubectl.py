@@ -323,6 +323,9 @@ HEADERS = {
     "secrets": ["NAME", "TYPE", "DATA", "AGE"],
     "events": ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
     "namespaces": ["NAME", "STATUS", "AGE"],
+    # kube-apiserver prints NAME STATUS ROLES AGE VERSION; kubeapi serves Nodes only for
+    # nnf-sos's storage controller, with the CRD default columns
+    "nodes": ["NAME", "AGE"],
 }
 
 

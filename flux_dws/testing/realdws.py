@@ -21,6 +21,8 @@ DWS_ENV = "FLUX_DWS_REAL_DWS"
 TEST_DRIVER_ENV = "FLUX_DWS_TEST_DRIVER"
 DEFAULT_DWS = "/opt/dws/bin/dws-manager"
 DEFAULT_TEST_DRIVER = "/opt/dws/bin/dws-test-driver"
+NNF_SOS_ENV = "FLUX_DWS_NNF_SOS"
+DEFAULT_NNF_SOS = "/opt/dws/bin/nnf-sos-manager"
 CRDS_ENV = "FLUX_DWS_CRDS"  # colon-separated directories of CRD manifests
 DEFAULT_CRDS = ("/opt/dws/config/dws/crd/bases", "/opt/dws/config/nnf-sos/crd/bases")
 READY_TIMEOUT = 30.0  # seconds for a manager to sync its informers and start its workers
@@ -33,6 +35,37 @@ def dws_manager() -> str:
 
 def test_driver() -> str:
     return os.environ.get(TEST_DRIVER_ENV) or DEFAULT_TEST_DRIVER
+
+
+def nnf_sos() -> str:
+    return os.environ.get(NNF_SOS_ENV) or DEFAULT_NNF_SOS
+
+
+def nnf_node_controller(kubeconfig: str, rabbit: str, logdir: str) -> GoManager:
+    """nnf-sos's node controller for ``rabbit`` on mock hardware (nnf-ec's -mock).
+
+    Even in mock mode it runs ``zpool import -a`` at start and exits if that fails, so where
+    ZFS is not installed a ``zpool`` that does nothing is put first on its PATH.
+    """
+    stub = os.path.join(logdir, "nnf-stub-bin")
+    os.makedirs(stub, exist_ok=True)
+    zpool = os.path.join(stub, "zpool")
+    with open(zpool, "w") as handle:
+        handle.write("#!/bin/sh\n# nnf-sos on mock hardware imports no pool\nexit 0\n")
+    os.chmod(zpool, 0o755)
+    flags = [f for f in _base_flags(kubeconfig) if not f.startswith("-zap")]
+    return GoManager(
+        f"nnf-sos node {rabbit}",
+        [nnf_sos(), "-controller=node", "-mock", *flags],
+        os.path.join(logdir, f"nnf-sos-{rabbit}.log"),
+        {
+            "PATH": f"{stub}:{os.environ.get('PATH', '')}",
+            "NNF_NODE_NAME": rabbit,
+            "NNF_POD_NAMESPACE": "nnf-system",
+            "ENABLE_WEBHOOKS": "false",
+        },
+        cwd=logdir,  # nnf-ec keeps its mock database in the working directory
+    )
 
 
 def crd_dirs() -> list[str]:
@@ -58,6 +91,7 @@ class GoManager:
     argv: Sequence[str]
     log: str
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> GoManager:
@@ -67,6 +101,7 @@ class GoManager:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
+                cwd=self.cwd,
                 start_new_session=True,
             )
         return self

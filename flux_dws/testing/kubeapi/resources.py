@@ -211,6 +211,17 @@ RESOURCES: tuple[Resource, ...] = (
         name_column=False,
         field_labels=builtin.EVENT_FIELDS,
     ),
+    # nnf-sos's storage controller watches Nodes (its rabbits' labels and taints)
+    Resource(
+        "nodes",
+        "Node",
+        "",
+        CORE_VERSIONS,
+        namespaced=False,
+        short_names=("no",),
+        columns=_AGE,
+        subresources=("status",),
+    ),
     Resource(
         "namespaces",
         "Namespace",
