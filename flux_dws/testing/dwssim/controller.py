@@ -339,8 +339,9 @@ class DwsSim:
         wf = dict(workflow)
         meta = wf["metadata"]
         finalizers = meta.get("finalizers", [])
-        if FINALIZER not in finalizers:
-            meta = wf["metadata"] = {**meta, "finalizers": [*finalizers, FINALIZER]}
+        if FINALIZER not in finalizers:  # DWS adds its finalizer in a write of its own
+            wf["metadata"] = {**meta, "finalizers": [*finalizers, FINALIZER]}
+            return wf, []
         desired = (wf.get("spec") or {}).get("desiredState")
         try:
             state = State(desired)
@@ -355,14 +356,17 @@ class DwsSim:
             wf = enter_state(wf, now)
             self._entered.setdefault(uid, {})[state] = self._clock()
             LOG.info("dwssim: workflow %s: entering %s", _who(wf), state.value)
-            if state is State.PROPOSAL:
-                wf["status"]["computes"] = self._ensure_computes(wf)
-            timers = self._start_drivers(wf, state)
-        elif state not in self._entered.get(uid, ()) and not status.get("ready"):
+            # DWS writes the entry (state, ready=false, DriverWait) before any roll-up, even
+            # for a state without drivers; the next write goes on from there.
+            return wf, self._start_drivers(wf, state)
+        if state is State.PROPOSAL and not status.get("computes"):
+            wf["status"] = {**status, "computes": self._ensure_computes(wf)}  # its own write
+            return wf, timers
+        if state not in self._entered.get(uid, ()) and not status.get("ready"):
             # First sight of a workflow already in this state (a restarted simulator).
             self._entered.setdefault(uid, {})[state] = self._clock()
             timers = self._start_drivers(wf, state)
-        if wf["spec"].get("forceReady") and not wf["status"].get("ready"):
+        if wf["spec"].get("forceReady") and not status.get("ready"):
             LOG.info("dwssim: workflow %s: %s forced ready", _who(wf), state.value)
             wf = force_ready(wf, now)
         return roll_up(wf, now), timers
@@ -390,6 +394,8 @@ class DwsSim:
             # The drivers change only status, in place: they get a copy of it (and only of it).
             wf = {**workflow, "status": _json_copy(status)}
             timers = self._drive(wf, due.state)
+            if due.state is State.PROPOSAL and not status.get("computes"):
+                return wf, timers  # DWS rolls up only once its Computes reference is written
             return roll_up(wf, _now()), timers
 
         if not self._write_workflow(current, decide):
