@@ -246,3 +246,28 @@ def test_a_burst_of_fifty_jobs_all_end_clean(stack):
     assert results == [("FAILED" if i % 3 == 1 else "COMPLETED") for i in range(50)]
     for info in infos:
         assert_clean(stack, info)
+
+
+def test_the_workflow_goes_through_the_versions_real_dws_writes(stack):
+    """Real DWS's writes, one by one: its finalizer, then each state's entry (not ready,
+    DriverWait) before the roll-up, and status.computes in a write of its own: 27 versions
+    for a job whose only directive completes, status.message never written empty."""
+    start = stack.api.store.resource_version
+    jobid = stack.submit(["#DW Proposal action=complete"], runtime=0.05)
+    info = stack.wait(jobid)
+    assert_clean(stack, info)
+    watch = stack.api.store.watch("workflows", resource_version=start)
+    seen = []
+    while (event := watch.next(0)) is not None:
+        if event[1]["metadata"]["name"] == workflow_name(stack.identity, jobid):
+            status = event[1].get("status") or {}
+            assert "message" not in status, status
+            seen.append((status.get("state"), status.get("ready"), status.get("status")))
+    watch.close()
+    entry = [(None, False, None)] * 2 + [("Proposal", False, "DriverWait")] * 3
+    expected = [*entry, ("Proposal", True, "Completed"), ("Proposal", True, "Completed")]
+    for state in STATES[1:]:
+        expected += [(state.value, False, "DriverWait"), (state.value, True, "Completed")]
+        expected += [(state.value, True, "Completed")]
+    expected += [("Teardown", True, "Completed")] * 2  # the service's last patch, the delete
+    assert seen == expected
