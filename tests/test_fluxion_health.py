@@ -91,8 +91,8 @@ def test_a_whole_system_job_queued_before_an_outage_runs_after_it(stack):
     stack.set_rabbit("rabbit-1", "Offline")
     wait_for(lambda: "rabbit-1" in down_pools(stack), "rabbit-1's pool down in Fluxion", WAIT)
 
-    def passes() -> int:  # each health pass lists the Storages once
-        return stack.api.request_counts().get(("list", "storages"), 0)
+    def passes() -> int:  # each health pass lists the Servers once (Storage is watched)
+        return stack.api.request_counts().get(("list", "servers"), 0)
 
     seen = passes()
     wait_for(lambda: passes() > seen + 2, "health passes during the outage", WAIT)

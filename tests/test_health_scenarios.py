@@ -299,7 +299,7 @@ def test_a_pass_over_many_rabbits_at_once_completes():
         health.nodes.fluxion = True  # as if Fluxion were loaded: every pool is marked
         stack.set_rabbit("rabbit-7", "Offline")  # a Storage change: a pass at once
         wait_for(lambda: health.nodes.rabbits.get("rabbit-7") is False, "rabbit-7 down", WAIT)
-        assert len(health.nodes.rabbits) == 1100
+        wait_for(lambda: len(health.nodes.rabbits) == 1100, "every pool marked", WAIT)
         assert health.last_error is None
 
 

@@ -154,6 +154,9 @@ def test_live_api_through_kubeapi(kubeapi) -> None:
             },
         },
     )
+    storage = kubeapi.store.get("storages", "default", "rabbit-a")  # nnf-sos: free space left
+    storage["status"]["capacity"] = 8 * GIB
+    kubeapi.store.replace("storages", "default", "rabbit-a", storage)
     code, out, err = run("--kubeconfig", kubeapi.kubeconfig, "--json")
     assert code == 0, err
     rows = {r["name"]: r["capacity"] for r in json.loads(out)}

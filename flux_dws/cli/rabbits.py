@@ -129,8 +129,8 @@ def live_objects(kubeconfig: str | None, *, workflows: bool) -> Objects:
     try:
         return Objects(
             kube.read_system_configuration(),
-            kube.list_storages(),
-            admin.list_servers(kube),
+            kube.list_storages()[0],
+            kube.list_servers(),
             admin.list_all_workflows(kube) if workflows else [],
         )
     finally:

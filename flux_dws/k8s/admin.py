@@ -12,7 +12,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.k8s.client import KubeClient
-from flux_dws.k8s.resources import DWS_GROUP, SERVERS, WORKFLOWS
+from flux_dws.k8s.resources import DWS_GROUP, WORKFLOWS
 
 PERSISTENT_STORAGES = "persistentstorageinstances"
 #: nnf-sos lets any uid's persistentdw use an instance carrying this annotation set to "true"
@@ -30,11 +30,6 @@ def _list(kube: KubeClient, plural: str, namespace: str | None) -> list[dict[str
     found = kube.calls.call("list", plural, namespace or "*", call, *args)
     items = found.get("items") if isinstance(found, dict) else None
     return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
-
-
-def list_servers(kube: KubeClient, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Servers resources (every namespace unless one is named)."""
-    return _list(kube, SERVERS, namespace)
 
 
 def list_all_workflows(kube: KubeClient, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -71,6 +66,5 @@ __all__ = [
     "get_persistent",
     "list_all_workflows",
     "list_persistent",
-    "list_servers",
     "set_shared",
 ]
