@@ -59,6 +59,8 @@ void update_from_args (struct dwsjob *st, flux_plugin_arg_t *args)
                 st->hosts = hosts;
                 json_decref (st->rabbits);
                 st->rabbits = rabbits_from_R (R);
+                json_decref (st->ssd);
+                st->ssd = ssd_from_R (R);
             }
         }
         if (jobspec && (resources = json_object_get (jobspec, "resources"))
@@ -193,6 +195,7 @@ void dwsjob_destroy (struct dwsjob *st)
         json_decref (st->attributes);
         json_decref (st->hosts);
         json_decref (st->rabbits);
+        json_decref (st->ssd);
         json_decref (st->resources);
         json_decref (st->dws);
         json_decref (st->exception);
@@ -221,6 +224,7 @@ struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
     if (!(st->attributes = json_object ())
         || !(st->hosts = json_array ())
         || !(st->rabbits = json_object ())
+        || !(st->ssd = json_array ())
         || !(st->resources = json_array ())
         || !(st->dws = json_object ())) {
         dwsjob_destroy (st);
@@ -234,6 +238,8 @@ struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
         json_object_set_new (st->attributes,
                              "dw_failure_tolerance",
                              json_deep_copy (value));
+    if ((value = json_object_get (system, "dw_release")))
+        json_object_set_new (st->attributes, "dw_release", json_deep_copy (value));
 
     /* Keep ctx->jobs sorted by id, so snapshots list jobs in submit order. */
     link = &ctx->jobs;

@@ -114,6 +114,7 @@ class WorkflowView:
     labels: Mapping[str, str] = field(hash=False)
     container: ContainerOutcome
     requires: tuple[str, ...] = ()  # status.requires (e.g. copy-offload)
+    annotations: Mapping[str, str] = field(hash=False, default_factory=dict)  # metadata
 
     @property
     def settled(self) -> bool:
@@ -227,6 +228,7 @@ def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
             directives, drivers, state, wf_status, message, status.raw("containers")
         ),
         requires=status.strings("requires"),
+        annotations=MappingProxyType(meta.string_map("annotations")),
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -104,7 +105,12 @@ class NodeControl(Protocol):
         """Undrain ``targets`` (an idset of ranks: only those)."""
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
-        """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent)."""
+        """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent);
+        parts held for a released job stay down."""
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        """Mark a released job's ssd vertices down (``hold``) until its Teardown is done, or
+        up again after (those of a rabbit marked down stay down)."""
 
 
 def parse_resource_status(
@@ -137,6 +143,8 @@ class FluxNodes:
         self._paths: Mapping[str, tuple[str, ...]] = {}  # rabbit -> ssd paths in Fluxion
         self._asked_fluxion = False  # its graph was read once (find), whatever it held
         self._unplaced: set[str] = set()
+        self._held: set[str] = set()  # ssd paths held for released jobs (core.release)
+        self._down: set[str] = set()  # rabbits marked down
 
     def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
         self.handle.rpc(topic, dict(payload), nodeid=0).then(lambda f: then(f))
@@ -213,6 +221,28 @@ class FluxNodes:
             if not paths and rabbit not in self._unplaced:
                 self._unplaced.add(rabbit)
                 log.info("rabbit %s has no ssd vertex in R's graph: not marked in Fluxion", rabbit)
+            on_done(None)
+            return
+        if up:
+            self._down.discard(rabbit)
+        else:
+            self._down.add(rabbit)
+        self._set_status([p for p in paths if not (up and p in self._held)], up, on_done)
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        if hold:
+            self._held.update(paths)
+            self._set_status(paths, False, on_done)
+            return
+        self._held.difference_update(paths)
+        rabbit = posixpath.basename  # /<cluster>/<rabbit>/ssd<N>: the parent's name
+        free = [p for p in paths if rabbit(posixpath.dirname(p)) not in self._down]
+        self._set_status(free, True, on_done)
+
+    def _set_status(self, paths: Sequence[str], up: bool, on_done: Done) -> None:
+        """``sched-fluxion-resource.set_status`` for each path; one answer for all.  Without
+        Fluxion (ENOSYS) there is nothing to mark: that is not an error."""
+        if self._fluxion is False or not paths:
             on_done(None)
             return
         left = {"count": len(paths), "error": None}

@@ -24,6 +24,7 @@ from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.lifecycle import ProposalInfo
 from flux_dws.core.policy import Policy
+from flux_dws.core.release import unmount_failures
 from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError, needs_from_breakdowns, plan_servers
 from flux_dws.k8s import KubeClient, WorkflowRejected
@@ -272,6 +273,8 @@ def read_failures(
     def read() -> Failures:
         if action.state is State.PRERUN:
             return mount_failures(x.kube.list_clientmounts(wf.name, wf.namespace), hosts)
+        if action.state is State.POSTRUN:
+            return unmount_failures(x.kube.list_clientmounts(wf.name, wf.namespace), hosts)
         used["rabbits"] = served = rabbits()
         refs = sorted({n.servers for n in needs})
         servers = [x.kube.read_servers(ns, name) for ns, name in refs]
@@ -279,6 +282,12 @@ def read_failures(
 
     def store(result: Failures) -> str | None:
         x.keep_rabbits(used.get("rabbits"))
+        if result.state == State.POSTRUN.value and not result.nodes:
+            log.info(
+                "job %s workflow %s: every ClientMount reads unmounted", f58(tracked.jobid), wf.name
+            )
+            tracked.failures, tracked.dirty = result, True
+            return None
         log.warning(
             "job %s workflow %s: %s failed on node(s) %s",
             f58(tracked.jobid),

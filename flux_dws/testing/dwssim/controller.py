@@ -732,7 +732,7 @@ class DwsSim:
 
     def _postrun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         if d.command != "container":
-            return Complete()
+            return self._unmount(wf, d)
         settings = self._profile(wf, d)
         if isinstance(settings, Fail):
             return settings
@@ -766,18 +766,41 @@ class DwsSim:
             self._ensure("clientmounts", flt.clientmount(wf, d.index, host, path, host in broken))
         return [h for h in hosts if h in broken]
 
-    def _delete_labelled(
-        self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
-    ) -> None:
-        """Delete ``plural`` objects carrying the workflow's labels (in any namespace), but
-        those named in ``keep``."""
+    def _unmount(self, wf: dict[str, Any], d: Directive) -> Outcome:
+        """nnf-sos's PostRun unmounts the file system from every compute (its ClientMounts
+        read unmounted); one whose unmount hangs keeps PostRun waiting."""
+        name = wf["metadata"]["name"]
+        prefix = f"{name}-{d.index}-"
+        stuck = self.faults.stuck()
+        waiting = False
+        for obj in self._labelled(wf, "clientmounts"):
+            if not obj["metadata"]["name"].startswith(prefix):
+                continue
+            host = (obj.get("spec") or {}).get("node")
+            if host in stuck:
+                waiting = True
+                continue
+            status = dict(obj.get("status") or {})
+            mounts = [dict(m, state="unmounted") for m in status.get("mounts") or []]
+            if mounts != status.get("mounts"):
+                self._set_status("clientmounts", obj, {**status, "mounts": mounts})
+        return Wait(None) if waiting else Complete()
+
+    def _labelled(self, wf: Mapping[str, Any], plural: str) -> list[dict[str, Any]]:
         meta = wf["metadata"]
         selector = (
             f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
             f"{cmp.WORKFLOW_NAMESPACE_LABEL}={meta['namespace']}"
         )
         items, _ = self._store.list(plural, None, selector, shared=True)
-        for item in items:
+        return list(items)
+
+    def _delete_labelled(
+        self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
+    ) -> None:
+        """Delete ``plural`` objects carrying the workflow's labels (in any namespace), but
+        those named in ``keep``."""
+        for item in self._labelled(wf, plural):
             where = item["metadata"]
             if where["name"] in keep:
                 continue

@@ -10,6 +10,9 @@
 - ``Faults.mount`` names compute nodes whose mount fails in PreRun: nnf-sos's ClientMount for
   that node (one per compute per workflow, in a namespace named after the compute, with the
   workflow's labels) shows ``status.error`` and an unready mount, and PreRun fails.
+- ``Faults.unmount`` names compute nodes whose unmount hangs in PostRun: nnf-sos unmounts
+  every ClientMount of the workflow in PostRun (``status.mounts[].state`` unmounted); one
+  that hangs stays mounted and PostRun never completes.
 
 forceReady is honoured by the DWS controller (status.force_ready), as in DWS: the state goes
 Ready/Completed with "Forced Ready" whatever the driver entries say; the failed entries stay
@@ -36,6 +39,7 @@ class Faults:
 
     setup: set[str] = field(default_factory=set)  # rabbits whose Setup fails
     mount: set[str] = field(default_factory=set)  # computes whose mount fails
+    unmount: set[str] = field(default_factory=set)  # computes whose unmount hangs in PostRun
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fail_setup(self, rabbit: str, fail: bool = True) -> None:
@@ -45,6 +49,14 @@ class Faults:
     def fail_mount(self, compute: str, fail: bool = True) -> None:
         with self._lock:
             (self.mount.add if fail else self.mount.discard)(compute)
+
+    def hang_unmount(self, compute: str, hang: bool = True) -> None:
+        with self._lock:
+            (self.unmount.add if hang else self.unmount.discard)(compute)
+
+    def stuck(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.unmount)
 
     def snapshot(self) -> tuple[frozenset[str], frozenset[str]]:
         with self._lock:

@@ -129,6 +129,7 @@ class FakeNodes:
         self.client_loop = client_loop
         self.rabbits: dict[str, bool] = {}  # what a Fluxion would hold: rabbit -> up
         self.fluxion = False  # fakeflux has no Fluxion unless a test says so
+        self.held: set[str] = set()  # ssd paths a released job holds down (core.release)
 
     def _call(self, fn: Callable[[], Any], on_done: Callable[[Any, str | None], None]) -> None:
         def run() -> None:
@@ -158,6 +159,13 @@ class FakeNodes:
             on_done(None)
             return
         self.rabbits[rabbit] = up
+        on_done(None)
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        if hold:
+            self.held.update(paths)
+        else:
+            self.held.difference_update(paths)
         on_done(None)
 
 
@@ -217,4 +225,7 @@ class TransportNodes:
         self.transport.rpc("resource.undrain", payload, lambda _r, e: on_done(e and str(e)))
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done) -> None:
+        on_done(None)  # fakeflux has no Fluxion
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
         on_done(None)  # fakeflux has no Fluxion
