@@ -8,10 +8,14 @@ DataOut still runs; how DataOut and Teardown ended is in the job's KVS (dws.rele
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
+from flux_dws.base.jobid import f58
+from flux_dws.cli import main
+from flux_dws.cli.sources import StackSource
 from flux_dws.core.release import RELEASE_ANNOTATION
 from flux_dws.core.states import State
 from flux_dws.testing.stack import Stack
@@ -81,6 +85,19 @@ def test_dataout_failure_after_release_is_saved_for_the_user(early):
     assert dataout["copies"][0]["status"] == "Failed"
     assert "missing" in dataout["copies"][0]["message"]
     assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+    # what `flux dws status JOBID` shows the user
+    out = io.StringIO()
+    code = main(
+        ["status", f58(jobid)],
+        out=out,
+        err=io.StringIO(),
+        source_factory=lambda: StackSource(early),
+        environ={},
+    )
+    text = out.getvalue()
+    assert code == 0
+    assert "RELEASED" in text and "DATAOUT    failed" in text and "TEARDOWN   done" in text
+    assert "copy_out #1: Failed" in text
 
 
 def test_a_node_whose_unmount_hangs_is_drained_alone(early):
@@ -124,8 +141,8 @@ def test_a_job_needing_the_same_rabbit_waits_for_the_first_ones_teardown(early):
     info = early.wait(second)
     assert info.result == "COMPLETED"
     alloc = info.events("alloc")[0]["timestamp"]
-    released = early.wait(first).events("dws-release")[0]["timestamp"]
-    assert alloc > released + DATAOUT_SECONDS  # not before DataOut and Teardown were over
+    teardown = json.loads(early.saved(first, "dws.release.teardown"))
+    assert alloc > teardown["at"]  # allocated only once the first one's Teardown was over
 
 
 @pytest.mark.parametrize("during", [State.DATAOUT, State.TEARDOWN])

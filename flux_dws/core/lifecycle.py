@@ -801,25 +801,25 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
     since = wf.desired_state_change if wf.settled else None
     if state is State.TEARDOWN:
         if wf.complete:
-            ending: list[Action] = [RecordRelease(state.value, {"status": "done"})]
+            ending: list[Action] = [RecordRelease(state.value, {"status": "done", "at": now})]
         else:
             stuck = _overdue(wf, since, mark.teardown, now)
             if not stuck:
                 return _wake(since, mark.teardown, now)
-            ending = [RecordRelease(state.value, {"status": "failed", "message": stuck})]
+            ending = [RecordRelease(state.value, {"status": "failed", "message": stuck, "at": now})]
         if mark.ssd:
             ending.append(ReturnStorage(mark.ssd))
         return [*ending, DeleteWorkflow()]
     if state is State.DATAOUT:
         if wf.complete:
             return [
-                RecordRelease(state.value, {"status": "done", "copies": _copies(wf)}),
+                RecordRelease(state.value, {"status": "done", "copies": _copies(wf), "at": now}),
                 SetDesiredState(State.TEARDOWN),
             ]
         stuck = _overdue(wf, since, mark.dataout, now)
         if not stuck:
             return _wake(since, mark.dataout, now)
-        outcome = {"status": "failed", "message": stuck, "copies": _copies(wf)}
+        outcome = {"status": "failed", "message": stuck, "copies": _copies(wf), "at": now}
         return [RecordRelease(state.value, outcome), SetDesiredState(State.TEARDOWN, hurry=True)]
     if state is State.POSTRUN and wf.complete and not mark.problem:
         return [SetDesiredState(State.DATAOUT)]
