@@ -184,11 +184,11 @@ MARK = rl.ReleaseMark(ssd=SSD, dataout=3600.0, teardown=1800.0)
 
 def test_dataout_running_waits_for_its_deadline() -> None:
     actions = decide(GONE, marked(wf(State.DATAOUT, ready=False, since=NOW - 10), MARK), EARLY, NOW)
-    assert actions == [lc.WakeAt(NOW - 10 + 3600)]
+    assert actions == [rl.HoldStorage(SSD), lc.WakeAt(NOW - 10 + 3600)]
 
 
 def test_dataout_done_is_recorded_before_teardown_is_asked() -> None:
-    actions = decide(GONE, marked(wf(State.DATAOUT), MARK), EARLY, NOW)
+    actions = decide(GONE, marked(wf(State.DATAOUT), MARK), EARLY, NOW)[1:]
     assert [type(a).__name__ for a in actions] == ["RecordRelease", "SetDesiredState"]
     assert actions[0].state == "DataOut" and actions[0].outcome["status"] == "done"
     assert actions[1] == lc.SetDesiredState(State.TEARDOWN)
@@ -202,8 +202,8 @@ def test_dataout_done_is_recorded_before_teardown_is_asked() -> None:
     ],
 )
 def test_dataout_failed_or_late_is_recorded_then_torn_down(view, words: str) -> None:
-    actions = decide(GONE, marked(view, MARK), EARLY, NOW)
-    record, teardown = actions
+    held, record, teardown = decide(GONE, marked(view, MARK), EARLY, NOW)
+    assert held == rl.HoldStorage(SSD)
     assert record.state == "DataOut" and record.outcome["status"] == "failed"
     assert words in record.outcome["message"]
     assert teardown == lc.SetDesiredState(State.TEARDOWN, hurry=True)
@@ -222,7 +222,7 @@ def test_teardown_done_returns_the_parts_before_the_workflow_is_deleted() -> Non
 def test_teardown_running_keeps_the_parts_and_a_stuck_one_gives_them_back_loudly() -> None:
     running = decide(GONE, marked(wf(State.TEARDOWN, ready=False, since=NOW - 5), MARK), EARLY, NOW)
     assert not of(running, rl.ReturnStorage) and not of(running, lc.DeleteWorkflow)
-    assert running == [lc.WakeAt(NOW - 5 + 1800)]
+    assert running == [rl.HoldStorage(SSD), lc.WakeAt(NOW - 5 + 1800)]
     stuck = decide(
         GONE, marked(wf(State.TEARDOWN, ready=False, since=NOW - 1801), MARK), EARLY, NOW
     )
@@ -262,6 +262,17 @@ def test_mark_round_trips_and_a_bad_one_holds_nothing() -> None:
     broken = marked(wf(State.POSTRUN), rl.ReleaseMark())
     broken = dataclasses.replace(broken, annotations={rl.RELEASE_ANNOTATION: "{"})
     assert decide(GONE, broken, EARLY, NOW) == [lc.SetDesiredState(State.TEARDOWN, hurry=True)]
+
+
+def test_every_decision_before_teardown_is_over_holds_the_parts_again() -> None:
+    # a restarted Fluxion (instance restart) has the parts up again: the next decision
+    # marks them down before anything else
+    for view in (
+        wf(State.POSTRUN),
+        wf(State.DATAOUT, ready=False),
+        wf(State.TEARDOWN, ready=False),
+    ):
+        assert decide(GONE, marked(view, MARK), EARLY, NOW)[0] == rl.HoldStorage(SSD)
 
 
 def clientmount(node: Any, *states: str, error: Any = None) -> dict[str, Any]:

@@ -795,8 +795,10 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
 
     Decided from the workflow alone (the job is inactive), so a restarted service takes it
     up where it was; saving an outcome again is harmless, and each is saved before the
-    workflow moves past the state it describes.
+    workflow moves past the state it describes.  Until Teardown is over every decision
+    holds the parts again (idempotent): a restarted Fluxion has forgotten they were down.
     """
+    held: list[Action] = [HoldStorage(mark.ssd)] if mark.ssd else []
     state = wf.desired_state
     since = wf.desired_state_change if wf.settled else None
     if state is State.TEARDOWN:
@@ -805,25 +807,26 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
         else:
             stuck = _overdue(wf, since, mark.teardown, now)
             if not stuck:
-                return _wake(since, mark.teardown, now)
-            ending = [RecordRelease(state.value, {"status": "failed", "message": stuck, "at": now})]
+                return held + _wake(since, mark.teardown, now)
+            outcome = {"status": "failed", "message": stuck, "at": now}
+            ending = [RecordRelease(state.value, outcome)]
         if mark.ssd:
             ending.append(ReturnStorage(mark.ssd))
         return [*ending, DeleteWorkflow()]
     if state is State.DATAOUT:
+        copies = _copies(wf)
         if wf.complete:
-            return [
-                RecordRelease(state.value, {"status": "done", "copies": _copies(wf), "at": now}),
-                SetDesiredState(State.TEARDOWN),
-            ]
+            done = {"status": "done", "copies": copies, "at": now}
+            return [*held, RecordRelease(state.value, done), SetDesiredState(State.TEARDOWN)]
         stuck = _overdue(wf, since, mark.dataout, now)
         if not stuck:
-            return _wake(since, mark.dataout, now)
-        outcome = {"status": "failed", "message": stuck, "copies": _copies(wf), "at": now}
-        return [RecordRelease(state.value, outcome), SetDesiredState(State.TEARDOWN, hurry=True)]
+            return held + _wake(since, mark.dataout, now)
+        outcome = {"status": "failed", "message": stuck, "copies": copies, "at": now}
+        teardown = SetDesiredState(State.TEARDOWN, hurry=True)
+        return [*held, RecordRelease(state.value, outcome), teardown]
     if state is State.POSTRUN and wf.complete and not mark.problem:
-        return [SetDesiredState(State.DATAOUT)]
-    return [SetDesiredState(State.TEARDOWN, hurry=True)]
+        return [*held, SetDesiredState(State.DATAOUT)]
+    return [*held, SetDesiredState(State.TEARDOWN, hurry=True)]
 
 
 def _copies(wf: WorkflowView) -> list[int]:

@@ -230,9 +230,10 @@ class FluxNodes:
         self._set_status([p for p in paths if not (up and p in self._held)], up, on_done)
 
     def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
-        if hold:
+        if hold:  # once per service: paths already held here are down already
+            fresh = [p for p in paths if p not in self._held]
             self._held.update(paths)
-            self._set_status(paths, False, on_done)
+            self._set_status(fresh, False, on_done)
             return
         self._held.difference_update(paths)
         rabbit = posixpath.basename  # /<cluster>/<rabbit>/ssd<N>: the parent's name
