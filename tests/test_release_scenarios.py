@@ -28,20 +28,23 @@ DATAOUT_SECONDS = 3.0
 RABBITS = {"rabbit-0": ["compute-01", "compute-02"]}
 
 
-@pytest.fixture(scope="module", params=["fakeflux", "fluxion"])
+@pytest.fixture(scope="module", params=["fakeflux", "flux", "fluxion"])
 def early(request):
-    config = {"heartbeat": "2s", "release-nodes": "after-unmount"}
-    delays = {State.DATAOUT: DATAOUT_SECONDS, State.TEARDOWN: 1.0}
-    if request.param == "fluxion":
-        from conftest import _fluxion_missing
+    """fakeflux; real Flux with sched-simple (no rabbits in the graph: the nodes go back and
+    nothing stands for the rabbit capacity); real Flux with Fluxion scheduling rabbits."""
+    from conftest import _fluxion_missing, _real_flux_missing
 
-        missing = _fluxion_missing()
+    config: dict = {"heartbeat": "2s", "release-nodes": "after-unmount"}
+    delays = {State.DATAOUT: DATAOUT_SECONDS, State.TEARDOWN: 1.0}
+    kw: dict = {}
+    if request.param != "fakeflux":
+        missing = (_fluxion_missing if request.param == "fluxion" else _real_flux_missing)()
         if missing:
             pytest.skip(missing)
+        kw = {"backend": "flux"}
+    if request.param == "fluxion":
         config["rabbit-scheduling"] = True
-        kw = {"backend": "flux", "rabbits": RABBITS}
-    else:
-        kw = {}
+        kw["rabbits"] = RABBITS
     with Stack(config, hosts=2, delays=delays, capacity=36 * 2**30, **kw) as running:
         yield running
 
@@ -130,8 +133,8 @@ def test_a_job_asking_for_the_safe_behaviour_is_held_until_teardown(early):
 def test_a_job_needing_the_same_rabbit_waits_for_the_first_ones_teardown(early):
     """Under Fluxion the first job's ssd parts stay down until its Teardown is done: a
     second job that needs most of the rabbit is allocated only after that."""
-    if early.backend != "flux":
-        pytest.skip("fakeflux does not schedule rabbits")
+    if not early.policy.rabbit_scheduling:
+        pytest.skip("only Fluxion schedules rabbits")
     big = "#DW jobdw type=xfs capacity=20GiB name=scratch"
     first = early.submit([big, COPY_OUT])
     early.wait(first)
