@@ -158,3 +158,28 @@ def test_service_killed_after_the_release_converges(early, during):
     early.start_service()
     wait_for(lambda: gone(early, jobid), timeout=60)
     assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+
+
+def test_instance_restart_during_dataout_converges():
+    """The instance (and its service) restarts while a released job's DataOut goes on: the
+    job is inactive in the restarted instance, its workflow carries the mark, and the new
+    service finishes DataOut and Teardown and saves both outcomes."""
+    from conftest import _real_flux_missing
+
+    missing = _real_flux_missing()
+    if missing:
+        pytest.skip(missing)
+    config = {"heartbeat": "1s", "release-nodes": "after-unmount"}
+    delays = {State.DATAOUT: 8.0, State.TEARDOWN: 1.0}
+    options = {"persist": True}
+    with Stack(config, hosts=2, delays=delays, backend="flux", realflux=options) as stack:
+        jobid = stack.submit([JOBDW, COPY_OUT])
+        assert stack.wait(jobid, timeout=60).events("dws-release")
+        assert workflow_of(stack, jobid)["spec"]["desiredState"] == "DataOut"
+        stack.flux.shutdown()
+        stack.flux.service_exit(30)
+        stack.flux.restart()
+        stack.flux.start_service()
+        wait_for(lambda: gone(stack, jobid), timeout=90)
+        assert json.loads(stack.saved(jobid, "dws.release.dataout"))["status"] == "done"
+        assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"
