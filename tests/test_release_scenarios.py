@@ -183,3 +183,24 @@ def test_instance_restart_during_dataout_converges():
         wait_for(lambda: gone(stack, jobid), timeout=90)
         assert json.loads(stack.saved(jobid, "dws.release.dataout"))["status"] == "done"
         assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"
+
+
+def test_service_killed_again_and_again_through_the_release_converges(early):
+    """SIGKILL the service every half second while jobs go through PostRun, the release,
+    DataOut and Teardown: each job is released once, every workflow ends, both outcomes are
+    saved, and no node is left drained."""
+    import time
+
+    jobs = [early.submit([JOBDW, COPY_OUT]) for _ in range(3)]
+    for _ in range(6):
+        time.sleep(0.5)
+        early.kill_service()
+        early.start_service()
+    for jobid in jobs:
+        info = early.wait(jobid, timeout=90)
+        assert len(info.events("dws-release")) == 1
+        assert len(info.events("epilog-finish")) == 1
+        wait_for(lambda j=jobid: gone(early, j), timeout=90)
+        assert json.loads(early.saved(jobid, "dws.release.dataout"))["status"] == "done"
+        assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+    assert early.flux.drained() == {}
