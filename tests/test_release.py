@@ -20,6 +20,7 @@ from flux_dws.base.errors import PolicyError, RequestError
 from flux_dws.core import lifecycle as lc
 from flux_dws.core import release as rl
 from flux_dws.core.health import Failures
+from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL
 from flux_dws.core.lifecycle import JobException, JobPhase, JobView, decide
 from flux_dws.core.policy import policy_from_table
 from flux_dws.core.request import DwRequest, request_from_attributes
@@ -301,3 +302,23 @@ def test_exception_aborting_before_the_release_keeps_todays_path() -> None:
     cancelled = ended(exception=JobException("cancel"), failures=unmounted())
     actions = decide(cancelled, wf(State.POSTRUN), EARLY, NOW)
     assert not of(actions, rl.MarkReleased) and not of(actions, lc.FinishEpilog)
+
+
+def test_cleanup_leaves_a_released_workflow_to_the_service() -> None:
+    from flux_dws.core.reconcile import plan_cleanup
+
+    def obj(name: str, jobid: int, annotations: dict[str, str]) -> dict[str, Any]:
+        labels = {INSTANCE_LABEL: "test", JOBID_LABEL: str(jobid)}
+        meta = {"name": name, "labels": labels, "annotations": annotations}
+        return {"metadata": meta, "spec": {"jobID": str(jobid)}}
+
+    released = obj("fluxjob-test-42", 42, {rl.RELEASE_ANNOTATION: MARK.to_annotation()})
+    orphan = obj("fluxjob-test-43", 43, {})
+    assert [s.jobid for s in plan_cleanup([released, orphan], [], "test")] == [43]
+
+
+def test_a_released_job_whose_workflow_vanished_gives_its_parts_back() -> None:
+    view = ended(release={"drained": []}, posted_state=State.DATAOUT)
+    actions = decide(view, None, EARLY, NOW)
+    assert of(actions, rl.ReturnStorage) == [rl.ReturnStorage(SSD)]
+    assert isinstance(actions[-1], lc.FinishEpilog)

@@ -625,11 +625,13 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
 
 
 def _release(job: JobView, note: str | None) -> list[Action]:
-    """Let go of every hold on the job, failing it first with ``note`` if given."""
+    """Let go of every hold on the job, failing it first with ``note`` if given (and giving
+    back the ssd parts an early release began to hold, should its workflow have vanished)."""
     if job.phase is JobPhase.PROLOG:
         return _fail_prolog(job, note)
     if job.phase is JobPhase.EPILOG:
-        return [*_fail(job, note), FinishEpilog()]
+        held: list[Action] = [ReturnStorage(job.ssd)] if job.release and job.ssd else []
+        return [*_fail(job, note), *held, FinishEpilog()]
     return _fail(job, note)
 
 
