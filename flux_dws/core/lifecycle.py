@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Union
 
+from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core.copies import pending_copies
 from flux_dws.core.health import Failures, job_reason, tolerate
@@ -762,9 +763,9 @@ def _release_nodes(
     """The release itself (again after a restart: every step is idempotent): the workflow
     moves on, stuck nodes are drained, the ssd parts are held, the mark goes on the workflow,
     and only then is the epilog finished."""
-    reason = untrusted_text(context.get("reason"))
-    drained = tuple(n for n in (context.get("drained") or ()) if isinstance(n, str))
-    causes = context.get("causes") if isinstance(context.get("causes"), Mapping) else {}
+    reason = untrusted.field(context.get("reason"))
+    drained = tuple(n for n in untrusted.sequence(context.get("drained")) if isinstance(n, str))
+    causes = untrusted.mapping(context.get("causes"))
     actions: list[Action] = []
     if wf.desired_state is State.POSTRUN:
         if reason:
@@ -773,7 +774,8 @@ def _release_nodes(
             actions += _enter(job, State.DATAOUT, policy, now)
     for node in drained:
         why = f"workflow {wf.name}: PostRun did not unmount the job's storage: "
-        actions.append(DrainNodes((node,), job_reason(job.jobid, why + str(causes.get(node, "")))))
+        cause = untrusted.field(causes.get(node))
+        actions.append(DrainNodes((node,), job_reason(job.jobid, why + cause)))
     mark = ReleaseMark(
         ssd=job.ssd,
         dataout=_timeout(job, State.DATAOUT.key, policy),
@@ -785,10 +787,6 @@ def _release_nodes(
     if read_mark(wf.annotations) != mark:
         actions.append(MarkReleased(mark))
     return [*actions, FinishEpilog()]
-
-
-def untrusted_text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
