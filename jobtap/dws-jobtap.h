@@ -80,6 +80,7 @@ struct dwsjob {
     json_t *hosts;        // expanded R execution.nodelist, [] until allocated
     json_t *rabbits;      // rabbit -> [hosts] from R's scheduling JGF, {} if none
     json_t *ssd;          // the job's ssd vertex paths in that JGF, [] if none
+    flux_future_t *R_f;   // KVS lookup of the job's whole R (the job-manager's is redacted)
     json_t *resources;    // jobspec resources, jobspec updates included
     json_t *dws;          // latest context of each dws-* event
     json_t *exception;    // first fatal exception {type, severity, note}, or NULL
