@@ -76,9 +76,11 @@ struct dwsjob {
     json_int_t userid;
     double t_submit;
     flux_job_state_t state;
-    json_t *attributes;   // {dw, dw_timeout, dw_failure_tolerance} as submitted
+    json_t *attributes;   // {dw, dw_timeout, dw_failure_tolerance, dw_release}
     json_t *hosts;        // expanded R execution.nodelist, [] until allocated
     json_t *rabbits;      // rabbit -> [hosts] from R's scheduling JGF, {} if none
+    json_t *ssd;          // the job's ssd vertex paths in that JGF, [] if none
+    flux_future_t *R_f;   // KVS lookup of the job's whole R (the job-manager's is redacted)
     json_t *resources;    // jobspec resources, jobspec updates included
     json_t *dws;          // latest context of each dws-* event
     json_t *exception;    // first fatal exception {type, severity, note}, or NULL
@@ -168,6 +170,7 @@ bool is_dw_system (json_t *system);
 /* rabbits.c */
 json_t *hosts_from_R (json_t *R);
 json_t *rabbits_from_R (json_t *R);
+json_t *ssd_from_R (json_t *R);
 
 /* job.c */
 const char *job_phase (struct dwsjob *st);

@@ -39,6 +39,48 @@ const char *job_phase (struct dwsjob *st)
     return "sched";
 }
 
+/* The job-manager hands jobtap plugins R without its "scheduling" key (redacted), so the
+ * rabbits and ssd vertices Fluxion wrote into the JGF are read from the job's R in the KVS.
+ */
+static void full_R_continuation (flux_future_t *f, void *arg)
+{
+    struct dwsjob *st = arg;
+    const char *text = NULL;
+    json_t *R;
+
+    if (flux_kvs_lookup_get (f, &text) == 0 && text && (R = json_loads (text, 0, NULL))) {
+        json_t *rabbits = rabbits_from_R (R);
+        json_t *ssd = ssd_from_R (R);
+        if (json_object_size (rabbits) > 0 || json_array_size (ssd) > 0) {
+            json_decref (st->rabbits);
+            st->rabbits = rabbits;
+            json_decref (st->ssd);
+            st->ssd = ssd;
+            job_changed (st);
+        }
+        else {
+            json_decref (rabbits);
+            json_decref (ssd);
+        }
+        json_decref (R);
+    }
+    flux_future_destroy (f);
+    st->R_f = NULL;
+}
+
+static void lookup_full_R (struct dwsjob *st)
+{
+    char key[128];
+
+    if (st->R_f || !st->ctx || flux_job_kvs_key (key, sizeof (key), st->id, "R") < 0)
+        return;
+    if (!(st->R_f = flux_kvs_lookup (st->ctx->h, NULL, 0, key))
+        || flux_future_then (st->R_f, -1., full_R_continuation, st) < 0) {
+        flux_future_destroy (st->R_f);
+        st->R_f = NULL;
+    }
+}
+
 /* Refresh what the callback args say now: the job's state and, once allocated, hosts.
  */
 void update_from_args (struct dwsjob *st, flux_plugin_arg_t *args)
@@ -59,6 +101,10 @@ void update_from_args (struct dwsjob *st, flux_plugin_arg_t *args)
                 st->hosts = hosts;
                 json_decref (st->rabbits);
                 st->rabbits = rabbits_from_R (R);
+                json_decref (st->ssd);
+                st->ssd = ssd_from_R (R);
+                if (json_object_size (st->rabbits) == 0)
+                    lookup_full_R (st);
             }
         }
         if (jobspec && (resources = json_object_get (jobspec, "resources"))
@@ -193,6 +239,8 @@ void dwsjob_destroy (struct dwsjob *st)
         json_decref (st->attributes);
         json_decref (st->hosts);
         json_decref (st->rabbits);
+        json_decref (st->ssd);
+        flux_future_destroy (st->R_f);
         json_decref (st->resources);
         json_decref (st->dws);
         json_decref (st->exception);
@@ -221,6 +269,7 @@ struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
     if (!(st->attributes = json_object ())
         || !(st->hosts = json_array ())
         || !(st->rabbits = json_object ())
+        || !(st->ssd = json_array ())
         || !(st->resources = json_array ())
         || !(st->dws = json_object ())) {
         dwsjob_destroy (st);
@@ -234,6 +283,8 @@ struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
         json_object_set_new (st->attributes,
                              "dw_failure_tolerance",
                              json_deep_copy (value));
+    if ((value = json_object_get (system, "dw_release")))
+        json_object_set_new (st->attributes, "dw_release", json_deep_copy (value));
 
     /* Keep ctx->jobs sorted by id, so snapshots list jobs in submit order. */
     link = &ctx->jobs;

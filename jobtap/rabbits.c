@@ -101,4 +101,30 @@ done:
     return rabbits ? rabbits : json_object ();
 }
 
+/* The containment paths of the job's "ssd" vertices, from the JGF Fluxion put into R
+ * (what flux-dws marks down in Fluxion when the job's nodes go back before its Teardown).
+ * [] without ssd.
+ */
+json_t *ssd_from_R (json_t *R)
+{
+    json_t *vertices = NULL;
+    json_t *paths = json_array ();
+    json_t *vertex;
+    size_t index;
+    const char *type = NULL, *path = NULL;
+
+    if (!paths
+        || json_unpack (R, "{s:{s:{s:o}}}", "scheduling", "graph", "nodes", &vertices) < 0
+        || !json_is_array (vertices))
+        return paths ? paths : json_array ();
+    json_array_foreach (vertices, index, vertex) {
+        if (json_unpack (vertex, "{s:{s:s s:{s:s}}}",
+                         "metadata", "type", &type,
+                         "paths", "containment", &path) == 0
+            && streq (type, "ssd"))
+            json_array_append_new (paths, json_string (path));
+    }
+    return paths;
+}
+
 // vi:ts=4 sw=4 expandtab

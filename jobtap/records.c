@@ -21,7 +21,7 @@
  */
 static json_t *job_record (struct dwsjob *st)
 {
-    return json_pack ("{s:I s:I s:f s:s s:o s:o s:o s:o s:b s:o s:o}",
+    return json_pack ("{s:I s:I s:f s:s s:o s:o s:o s:o s:o s:b s:o s:o}",
                       "id", (json_int_t)st->id,
                       "userid", st->userid,
                       "t_submit", st->t_submit,
@@ -29,6 +29,7 @@ static json_t *job_record (struct dwsjob *st)
                       "attributes", json_deep_copy (st->attributes),
                       "hosts", json_deep_copy (st->hosts),
                       "rabbits", json_deep_copy (st->rabbits),
+                      "ssd", json_deep_copy (st->ssd),
                       "resources", json_deep_copy (st->resources),
                       "started", st->started,
                       "exception", st->exception ? json_deep_copy (st->exception)

@@ -107,7 +107,10 @@ int save_method (struct plugin_ctx *ctx,
                      json_string_value (key));
     if (!json_is_object (value))
         return fail (err, EPROTO, "job-manager.dws.save: value must be an object");
-    if (st->state == FLUX_JOB_STATE_INACTIVE)
+    /* dws.release.* is written after an early release, when the job is inactive already:
+     * how its DataOut and Teardown ended (doc/guide/admin.rst, "Early release"). */
+    if (st->state == FLUX_JOB_STATE_INACTIVE
+        && strncmp (json_string_value (key), "dws.release.", 12) != 0)
         return fail (err, ENOENT, "job %s is not held by the dws plugin",
                      f58 (st->id, idbuf, sizeof (idbuf)));
     if (!(text = json_dumps (value, JSON_COMPACT)))

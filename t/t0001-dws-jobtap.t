@@ -156,7 +156,7 @@ test_expect_success 'list describes the waiting job (record contents in depend)'
         \"id\": $(dws_dec $waiting), \"userid\": $(id -u), \"t_submit\": $submit_ts,
         \"phase\": \"depend\",
         \"attributes\": {\"dw\": \"$DW\", \"dw_timeout\": {\"prerun\": \"10m\"}},
-        \"hosts\": [], \"rabbits\": {}, \"resources\": None,
+        \"hosts\": [], \"rabbits\": {}, \"ssd\": [], \"resources\": None,
         \"started\": False, \"exception\": None,
         \"dws\": {\"dws-waiting\": {\"reason\": \"flux-dws service is not running\"}}}"
 '
@@ -357,12 +357,20 @@ test_expect_success 'late requests for an inactive job are errors' '
 	release	{"id": $id}	EINVAL: job $fid is not waiting for its workflow
 	raise	{"id": $id, "type": "dws", "severity": 1, "note": ""}	EINVAL: job $fid is inactive
 	post	{"id": $id, "name": "dws-state", "context": {}}	ENOENT: job $fid is not held by the dws plugin
+	save	{"id": $id, "key": "dws.output", "value": {}}	ENOENT: job $fid is not held by the dws plugin
 	EOF
     dws_expect late.tsv &&
     flux job eventlog $job >late.eventlog &&
     test "$(tail -1 late.eventlog | awk "{print \$2}")" = clean &&
     dws_rpc list >late.json &&
     dws_json late.json "[j[\"id\"] for j in r[\"jobs\"]] == [$(dws_dec $waiting)]"
+'
+
+test_expect_success 'an inactive job takes saves under dws.release. only (early release)' '
+    dws_rpc save "{\"id\": $id, \"key\": \"dws.release.teardown\", \"value\": {\"status\": \"done\"}}" &&
+    flux job info $job dws.release.teardown >release.out &&
+    echo "{\"status\":\"done\"}" >release.expected &&
+    test_cmp release.expected release.out
 '
 
 test_expect_success 'an exception during the prolog waits for prolog-finish, then the epilog' '

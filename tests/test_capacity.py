@@ -133,7 +133,7 @@ def test_simulator_command_line_sets_capacities_status_and_faults(tmp_path):
 
     argv = ["--computes", "4", "--per-rabbit", "2", "--capacity", "2TiB"]
     argv += ["--capacity", "rabbit-1=500GiB", "--rabbit-status", "rabbit-1=Offline"]
-    argv += ["--fail-mount", "compute-02", "--fail-unmount", "compute-03"]
+    argv += ["--fail-mount", "compute-02", "--hang-unmount", "compute-03"]
     store, sim = build(parse_args(argv), {})
     r0 = store.get("storages", "default", "rabbit-0")
     r1 = store.get("storages", "default", "rabbit-1")

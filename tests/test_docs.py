@@ -63,6 +63,7 @@ from flux_dws.core.policy import (
     load_policy,
     policy_from_table,
 )
+from flux_dws.core.release import RELEASE_ANNOTATION
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
 from flux_dws.k8s import KubeClient, KubeError, records
@@ -720,6 +721,9 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "list_workflows": lambda k: k.list_workflows(),
     "set_desired_state": lambda k: k.set_desired_state(
         k.workflow_name(WORKFLOW_ID), State.TEARDOWN, hurry=True
+    ),
+    "annotate_workflow": lambda k: k.annotate_workflow(
+        k.workflow_name(WORKFLOW_ID), RELEASE_ANNOTATION, "{}"
     ),
     "patch_computes": lambda k: k.patch_computes(k.workflow_name(WORKFLOW_ID), ["compute-01"]),
     "read_breakdowns": lambda k: k.read_breakdowns(_workflow_stub(k)),

@@ -190,6 +190,7 @@ def test_dw_job_lifecycle_over_the_protocol(ff: FakeFlux, service: Client) -> No
         "attributes": DW,
         "hosts": [],
         "rabbits": {},
+        "ssd": [],
         "resources": node_resources(2),
         "started": False,
         "exception": None,

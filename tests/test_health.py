@@ -227,7 +227,7 @@ def test_teardown_failures_are_the_nodes_still_mounted():
 
     mounts = [cm("c1", "unmounted"), cm("c2", "mounted"), cm("c3", "unmounted", "busy"), 5]
     mounts.append(cm("elsewhere", "mounted"))
-    found = health.unmount_failures(mounts, ("c1", "c2", "c3", "c4"))
+    found = health.unmount_failures(mounts, ("c1", "c2", "c3", "c4"), "Teardown")
     assert found.state == "Teardown" and found.nodes == ("c2", "c3")
     assert found.causes["c3"] == "unmount failed: busy"
 

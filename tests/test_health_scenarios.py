@@ -198,8 +198,9 @@ def test_failed_setup_of_one_rabbit_tolerated_for_its_two_nodes(stack):
 
 
 def test_failed_teardown_drains_only_the_node_still_mounted(stack):
-    stack.sim.faults.fail_unmount("compute-02")
-    jobid = stack.submit(JOBDW, nnodes=4)  # every node: wherever Flux places it
+    stack.sim.faults.hang_unmount("compute-02")
+    # the hung unmount holds PostRun (as in nnf-sos) until its timeout; Teardown then fails
+    jobid = stack.submit(JOBDW, nnodes=4, timeouts={"postrun": "2s"})  # every node
     info = stack.wait(jobid, timeout=WAIT)
     (failed,) = info.events("dws-teardown-failed")
     hosts = failed["context"]["drained"]
@@ -239,7 +240,7 @@ def test_a_disabled_compute_is_not_unmounted_and_fails_nothing(stack):
     if stack.backend != "fake":
         pytest.skip("fakeflux can take a broker offline; a real one would have to die")
     stack.flux.drains.offline.add(3)  # compute-04's rank
-    stack.sim.faults.fail_unmount("compute-04")
+    stack.sim.faults.hang_unmount("compute-04")
     try:
         wait_for(lambda: _system_status(stack).get("compute-04") == "Disabled", "Disabled", WAIT)
         jobid = stack.submit(JOBDW, nnodes=4)

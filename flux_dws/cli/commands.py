@@ -20,6 +20,7 @@ from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.health import build_health, health_json, render_health
 from flux_dws.cli.inventory import filter_rows, list_rows
 from flux_dws.cli.records import copies, render_copies, render_output
+from flux_dws.cli.released import KEYS, release_event, release_view, render_release
 from flux_dws.cli.render import (
     LIST_FIELDS,
     LIST_FORMATS,
@@ -63,7 +64,7 @@ def _live_workflow(
     created = events_named(eventlog, "dws-workflow")
     if not created:
         return None, ""
-    if job_state(eventlog) == "INACTIVE":
+    if job_state(eventlog) == "INACTIVE" and release_event(eventlog) is None:
         return None, ""
     context = created[-1].get("context") or {}
     name, namespace = context.get("name"), context.get("namespace")
@@ -92,12 +93,29 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     workflow, note = _live_workflow(source, eventlog)
     view = build_status(jobid, eventlog, workflow, now, workflow_note=note)
     moved = copies(eventlog)
+    released = _released(source, jobid, eventlog)
     if args.json:
-        _print(dumps({**to_jsonable(view), "copies": moved}), file=out)
+        _print(dumps({**to_jsonable(view), "copies": moved, "release": released}), file=out)
     else:
         lines = render_status(view, prefix=f58_prefix(out), user_name=user_name)
-        _print("\n".join(lines + render_copies(moved)), file=out)
+        extra = render_release(released) if released is not None else []
+        _print("\n".join(lines + render_copies(moved) + extra), file=out)
     return 0
+
+
+def _released(source: Source, jobid: int, eventlog: Sequence[Any]) -> dict[str, Any] | None:
+    """How an early-released job's DataOut and Teardown ended (saved in its KVS), or None."""
+    event = release_event(eventlog)
+    if event is None:
+        return None
+    saved: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    for state, key in KEYS:
+        try:
+            saved[state] = source.saved(jobid, key)
+        except SourceError as exc:
+            problems[state] = f"not read: {exc}"
+    return release_view(event, saved, problems)
 
 
 def logs(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:

@@ -432,9 +432,10 @@ def mount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failure
     return Failures("PreRun", tuple(causes), causes)
 
 
-def unmount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failures:
-    """Teardown: the job's nodes whose ClientMount still shows a mount ``mounted`` or has
-    an error (a ClientMount already gone, or every mount unmounted, holds nothing)."""
+def unmount_failures(clientmounts: Iterable[Any], hosts: Sequence[str], state: str) -> Failures:
+    """PostRun or Teardown (``state``): the job's nodes whose ClientMount has a mount that
+    does not read ``unmounted``, or has an error.  A ClientMount already gone, or one whose
+    every mount is unmounted, holds nothing.  Objects are untrusted: junk is skipped."""
     causes: dict[str, str] = {}
     for obj in clientmounts:
         if not isinstance(obj, Mapping):
@@ -445,15 +446,12 @@ def unmount_failures(clientmounts: Iterable[Any], hosts: Sequence[str]) -> Failu
         if node is None or node not in hosts:
             continue
         error = status.get("error")
-        mounted = [
-            m
-            for m in untrusted.sequence(status.get("mounts"))
-            if untrusted.mapping(m).get("state") == "mounted"
-        ]
-        if error or mounted:
+        mounts = untrusted.sequence(status.get("mounts"))
+        held = any(untrusted.mapping(m).get("state") != "unmounted" for m in mounts)
+        if error or held:
             detail = error.get("userMessage") if isinstance(error, Mapping) else error
             causes[node] = f"{UNMOUNT_FAILED}: {_text(detail, 200) or 'still mounted'}"
-    return Failures("Teardown", tuple(causes), causes)
+    return Failures(state, tuple(causes), causes)
 
 
 #: nnf-sos's fatal error once it unmounted a job whose computes were fenced (STONITH):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Union
 
+from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core.copies import pending_copies
 from flux_dws.core.health import (
@@ -37,6 +38,14 @@ from flux_dws.core.jobenv import env_problem, token_problem, token_required, tok
 from flux_dws.core.jobspec import release_update
 from flux_dws.core.messages import directive_index, directive_of, dws_reason, failure_note
 from flux_dws.core.policy import Policy
+from flux_dws.core.release import (
+    HoldStorage,
+    MarkReleased,
+    RecordRelease,
+    ReleaseMark,
+    ReturnStorage,
+    read_mark,
+)
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
 from flux_dws.core.storage import AllocationNeed, StorageError, jobspec_storage
@@ -115,6 +124,8 @@ class JobView:
     tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
     teardown_failed: bool = False  # dws-teardown-failed
     copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
+    release: Mapping[str, Any] | None = None  # dws-release: the nodes go back early
+    ssd: tuple[str, ...] = ()  # the job's ssd vertex paths in Fluxion's graph (from its R)
     # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
     proposal: ProposalInfo | None = None
     # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
@@ -267,6 +278,10 @@ Action = Union[
     DrainNodes,
     ForceReady,
     WakeAt,
+    HoldStorage,
+    ReturnStorage,
+    MarkReleased,
+    RecordRelease,
 ]
 
 # Which desiredStates are consistent with each job phase (a job that has run: EPILOG).
@@ -285,11 +300,16 @@ _EXPECTED: Mapping[JobPhase, frozenset[State]] = {
 def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: float) -> list[Action]:
     """The next actions for ``job``, given its workflow (None when there is none)."""
     if not job.active:
+        mark = read_mark(workflow.annotations) if workflow is not None else None
+        if workflow is not None and mark is not None and not _released(workflow):
+            return _detached(workflow, mark, now)
         return _sweep_orphan(workflow, policy, now)
     if workflow is None or _released(workflow):
         return _without_workflow(job, workflow)
     actions: list[Action] = []
     actions += _record(job, workflow, policy, now)
+    if job.phase is JobPhase.EPILOG and job.release is not None:  # decided before a restart
+        return actions + _release_nodes(job, workflow, job.release, policy, now)
     copies = _unrecorded_copies(job, workflow)
     if copies is not None:  # before anything moves on (or tears down) past the copies
         return [*actions, copies]
@@ -301,7 +321,11 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     elif _aborted(job):
         return actions + _abort(job, None, policy, now)
     else:
-        fenced = _drain_fenced(job, workflow)  # never tolerated: NNF says the job failed
+        # fenced computes are never tolerated nor released early: NNF says the job failed
+        fenced = _drain_fenced(job, workflow)
+        early = None if fenced else _early_release(job, workflow, policy, now)
+        if early is not None:
+            return actions + early
         tolerance = None if fenced else _tolerance(job, workflow, policy, now)
         if tolerance is not None:
             return actions + tolerance
@@ -632,11 +656,13 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
 
 
 def _release(job: JobView, note: str | None) -> list[Action]:
-    """Let go of every hold on the job, failing it first with ``note`` if given."""
+    """Let go of every hold on the job, failing it first with ``note`` if given (and giving
+    back the ssd parts an early release began to hold, should its workflow have vanished)."""
     if job.phase is JobPhase.PROLOG:
         return _fail_prolog(job, note)
     if job.phase is JobPhase.EPILOG:
-        return [*_fail(job, note), FinishEpilog()]
+        held: list[Action] = [ReturnStorage(job.ssd)] if job.release and job.ssd else []
+        return [*_fail(job, note), *held, FinishEpilog()]
     return _fail(job, note)
 
 
@@ -716,3 +742,140 @@ def _sweep_orphan(wf: WorkflowView | None, policy: Policy, now: float) -> list[A
             return [DeleteWorkflow()]
         return [WakeAt(since + limit)]
     return []
+
+
+# ----------------------------------------------------------------------------- early release
+
+
+def _early_release(
+    job: JobView, wf: WorkflowView, policy: Policy, now: float
+) -> list[Action] | None:
+    """PostRun is over for a job that gives its nodes back early: once every ClientMount
+    reads unmounted, record the release (``dws-release``) and give the nodes back.
+
+    PostRun past its deadline with some nodes still mounted: those alone are drained (with
+    the job and workflow in the reason), the others go back, the job fails with the reason
+    and the workflow goes to Teardown.  None when early release does not apply (yet).
+    """
+    if job.request is None or not job.request.releases_early:
+        return None
+    if job.phase is not JobPhase.EPILOG or not job.started or wf.desired_state is not State.POSTRUN:
+        return None
+    late = (
+        not wf.complete
+        and job.posted_state is State.POSTRUN
+        and job.deadline is not None
+        and now >= job.deadline
+    )
+    if not (wf.complete or late) or (wf.failed and not late):
+        return None
+    if job.failures is None or job.failures.state != State.POSTRUN.value:
+        return [ReadFailures(State.POSTRUN)]
+    stuck = [n for n in job.failures.nodes if n in job.hosts]
+    context: dict[str, Any] = {
+        "workflow": wf.name,
+        "nodes": list(job.hosts),
+        "drained": stuck,
+        "causes": {n: job.failures.causes.get(n, "") for n in stuck},
+        "ssd": list(job.ssd),
+    }
+    if late:
+        timeout = format_fsd(_timeout(job, State.POSTRUN.key, policy))
+        on = f"; still mounted on {', '.join(stuck)}" if stuck else ""
+        context["reason"] = f"{State.POSTRUN.value} did not complete within {timeout}{on}"
+    event = PostEvent("dws-release", context)
+    return [event, *_release_nodes(job, wf, context, policy, now)]
+
+
+def _release_nodes(
+    job: JobView, wf: WorkflowView, context: Mapping[str, Any], policy: Policy, now: float
+) -> list[Action]:
+    """The release itself (again after a restart: every step is idempotent): the workflow
+    moves on, stuck nodes are drained, the ssd parts are held, the mark goes on the workflow,
+    and only then is the epilog finished."""
+    reason = untrusted.field(context.get("reason"))
+    drained = tuple(n for n in untrusted.sequence(context.get("drained")) if isinstance(n, str))
+    causes = untrusted.mapping(context.get("causes"))
+    actions: list[Action] = []
+    if wf.desired_state is State.POSTRUN:
+        if reason:
+            actions += _abort(job, reason, policy, now)
+        elif wf.complete:
+            actions += _enter(job, State.DATAOUT, policy, now)
+    for node in drained:  # UNMOUNT_FAILED first: the node is Disabled for NNF (core.health)
+        why = f"{UNMOUNT_FAILED} (workflow {wf.name}: PostRun did not unmount the job's storage)"
+        cause = untrusted.field(causes.get(node)).removeprefix(f"{UNMOUNT_FAILED}: ")
+        actions.append(
+            DrainNodes((node,), job_reason(job.jobid, f"{why}: {cause or 'still mounted'}"))
+        )
+    mark = ReleaseMark(
+        ssd=job.ssd,
+        dataout=_timeout(job, State.DATAOUT.key, policy),
+        teardown=_timeout(job, State.TEARDOWN.key, policy),
+        drained=drained,
+    )
+    if job.ssd:
+        actions.append(HoldStorage(job.ssd))
+    if read_mark(wf.annotations) != mark:
+        actions.append(MarkReleased(mark))
+    return [*actions, FinishEpilog()]
+
+
+def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
+    """A released job's workflow, finished without the job: DataOut, its outcome saved in
+    the job's KVS, Teardown, its outcome saved, the ssd parts given back, then delete.
+
+    Decided from the workflow alone (the job is inactive), so a restarted service takes it
+    up where it was; saving an outcome again is harmless, and each is saved before the
+    workflow moves past the state it describes.  Until Teardown is over every decision
+    holds the parts again (idempotent): a restarted Fluxion has forgotten they were down.
+    """
+    held: list[Action] = [HoldStorage(mark.ssd)] if mark.ssd else []
+    state = wf.desired_state
+    since = wf.desired_state_change if wf.settled else None
+    if state is State.TEARDOWN:
+        if wf.complete:
+            ending: list[Action] = [RecordRelease(state.value, {"status": "done", "at": now})]
+        else:
+            stuck = _overdue(wf, since, mark.teardown, now)
+            if not stuck:
+                return held + _wake(since, mark.teardown, now)
+            outcome = {"status": "failed", "message": stuck, "at": now}
+            ending = [RecordRelease(state.value, outcome)]
+        if mark.ssd:
+            ending.append(ReturnStorage(mark.ssd))
+        return [*ending, DeleteWorkflow()]
+    if state is State.DATAOUT:
+        copies = _copies(wf)
+        if wf.complete:
+            done = {"status": "done", "copies": copies, "at": now}
+            return [*held, RecordRelease(state.value, done), SetDesiredState(State.TEARDOWN)]
+        stuck = _overdue(wf, since, mark.dataout, now)
+        if not stuck:
+            return held + _wake(since, mark.dataout, now)
+        outcome = {"status": "failed", "message": stuck, "copies": copies, "at": now}
+        teardown = SetDesiredState(State.TEARDOWN, hurry=True)
+        return [*held, RecordRelease(state.value, outcome), teardown]
+    if state is State.POSTRUN and wf.complete and not mark.problem:
+        return [*held, SetDesiredState(State.DATAOUT)]
+    return [*held, SetDesiredState(State.TEARDOWN, hurry=True)]
+
+
+def _copies(wf: WorkflowView) -> list[int]:
+    return list(pending_copies(wf.directives, State.DATAOUT, None))
+
+
+def _overdue(wf: WorkflowView, since: float | None, limit: float, now: float) -> str:
+    """Why the state cannot end well (failed, or past its deadline), or ""."""
+    state = wf.desired_state.value
+    if wf.failed:
+        return f"{state} failed: {wf.user_message or 'workflow status is Error'}"
+    if since is not None and not math.isinf(limit) and now >= since + limit:
+        return f"{state} did not complete within {format_fsd(limit)}"
+    return ""
+
+
+def _wake(since: float | None, limit: float, now: float) -> list[Action]:
+    if since is None or math.isinf(limit) or since + limit <= now:
+        return []
+    return [WakeAt(since + limit)]

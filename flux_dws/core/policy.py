@@ -45,6 +45,11 @@ else:  # pragma: no cover - exercised on 3.9/3.10 only
     import tomli as tomllib
 
 TABLE = "dws"
+#: ``[dws] release-nodes``: a job's compute nodes go back to the scheduler once Teardown is
+#: done (the safe default), or as soon as PostRun has unmounted its storage from them.
+AFTER_TEARDOWN = "after-teardown"
+AFTER_UNMOUNT = "after-unmount"
+RELEASE_CHOICES: tuple[str, ...] = (AFTER_TEARDOWN, AFTER_UNMOUNT)
 TIMEOUT_KEYS: tuple[str, ...] = STATE_KEYS + ("transient",)
 
 
@@ -114,6 +119,7 @@ class Policy:
     rabbit_scheduling: bool = False  # Fluxion's graph holds rabbits: rewrite #DW jobspecs
     storage_limits: Mapping[str, StorageLimit] = field(default_factory=FrozenMap)
     container_log_size: int = 64 * 1024  # bytes of each user container's log kept (0: none)
+    release_nodes: str = AFTER_TEARDOWN  # when a job's nodes go back (doc: "Early release")
 
     def __post_init__(self) -> None:
         # Freeze what callers pass as plain dicts; fill timeouts not given from the defaults.
@@ -177,6 +183,14 @@ def _string(value: object, key: str, pattern: re.Pattern[str] | None = None, rul
         raise _fail(key, "must not be empty")
     if pattern is not None and not pattern.fullmatch(value):
         raise _fail(key, f"invalid value {value!r}: must be {rule}")
+    return value
+
+
+def _choice(value: object, key: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise _fail(key, f"must be a string, not {type_name(value)}")
+    if value not in choices:
+        raise _fail(key, f"invalid value {value!r}: must be one of {', '.join(choices)}")
     return value
 
 
@@ -391,6 +405,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "rabbit-scheduling": ("rabbit_scheduling", _boolean),
     "storage": ("storage_limits", _storage_limits),
     "container-log-size": ("container_log_size", _log_size),
+    "release-nodes": ("release_nodes", partial(_choice, choices=RELEASE_CHOICES)),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
 

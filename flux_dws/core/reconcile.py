@@ -16,6 +16,7 @@ from typing import Any
 
 from flux_dws.base.jobid import f58
 from flux_dws.core.identity import owned_jobid
+from flux_dws.core.release import RELEASE_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,11 @@ class Sweep:
 def plan_cleanup(
     workflows: Iterable[Mapping[str, Any]], held_jobids: Iterable[int], identity: str
 ) -> list[Sweep]:
-    """This instance's workflows whose job it no longer holds (see identity.owned_jobid)."""
+    """This instance's workflows whose job it no longer holds (see identity.owned_jobid).
+
+    A workflow whose job's nodes went back early (the release annotation) is not an orphan:
+    its job is inactive on purpose and the service finishes its DataOut and Teardown.
+    """
     held = set(held_jobids)
     plan = []
     for obj in workflows:
@@ -38,6 +43,9 @@ def plan_cleanup(
         if jobid is None or jobid in held:
             continue
         meta = obj["metadata"]
+        annotations = meta.get("annotations")
+        if isinstance(annotations, Mapping) and RELEASE_ANNOTATION in annotations:
+            continue
         if meta.get("deletionTimestamp"):
             reason = f"job {f58(jobid)} is not held by this instance; the workflow is being deleted"
         else:

@@ -21,11 +21,20 @@ from flux_dws.base.errors import DirectiveError, RequestError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
 from flux_dws.core.directives import Directive, parse_directives
-from flux_dws.core.policy import PRESET_NAME_RE, TIMEOUT_KEYS, Policy, type_name
+from flux_dws.core.policy import (
+    AFTER_TEARDOWN,
+    AFTER_UNMOUNT,
+    PRESET_NAME_RE,
+    RELEASE_CHOICES,
+    TIMEOUT_KEYS,
+    Policy,
+    type_name,
+)
 
 DW_ATTR = "dw"
 TIMEOUT_ATTR = "dw_timeout"
 TOLERANCE_ATTR = "dw_failure_tolerance"
+RELEASE_ATTR = "dw_release"
 #: Commands that create or destroy storage outliving the job (restrict-persistent).
 PERSISTENT_COMMANDS = frozenset({"create_persistent", "destroy_persistent"})
 
@@ -39,6 +48,12 @@ class DwRequest:
     user_timeouts: Mapping[str, float]  # only the keys the user set
     preset: str | None = None  # the site preset system.dw named, if it named one
     failure_tolerance: int = 0  # compute nodes that may fail Setup or PreRun (dw_failure_tolerance)
+    release: str = AFTER_TEARDOWN  # when the nodes go back: [dws] release-nodes, or dw_release
+
+    @property
+    def releases_early(self) -> bool:
+        """The nodes go back once PostRun unmounted the storage, before DataOut and Teardown."""
+        return self.release == AFTER_UNMOUNT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "directives", tuple(self.directives))
@@ -66,6 +81,7 @@ class DwRequest:
             "user_timeouts": {k: _json_seconds(v) for k, v in self.user_timeouts.items()},
             "preset": self.preset,
             "failure_tolerance": self.failure_tolerance,
+            "release": self.release,
         }
 
     @classmethod
@@ -93,7 +109,12 @@ class DwRequest:
         tolerance = data.get("failure_tolerance", 0)
         if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
             raise RequestError("stored DWS request: 'failure_tolerance' must be an integer >= 0")
-        return cls(directives, timeouts, user, preset, tolerance)
+        release = data.get("release", AFTER_TEARDOWN)
+        if release not in RELEASE_CHOICES:
+            raise RequestError(
+                f"stored DWS request: 'release' must be one of {', '.join(RELEASE_CHOICES)}"
+            )
+        return cls(directives, timeouts, user, preset, tolerance, release)
 
 
 def request_from_attributes(
@@ -112,6 +133,7 @@ def request_from_attributes(
         for attr, what in (
             (TIMEOUT_ATTR, "DWS timeouts apply"),
             (TOLERANCE_ATTR, "failure tolerance applies"),
+            (RELEASE_ATTR, "early release applies"),
         ):
             if attr in system:
                 raise RequestError(
@@ -130,7 +152,23 @@ def request_from_attributes(
     user = _user_timeouts(system.get(TIMEOUT_ATTR, {}), policy)
     timeouts = {key: user.get(key, policy.timeout(key).default) for key in TIMEOUT_KEYS}
     tolerance = _tolerance(system.get(TOLERANCE_ATTR, 0), policy)
-    return DwRequest(directives, timeouts, user, preset, tolerance)
+    release = _release(system.get(RELEASE_ATTR, policy.release_nodes), policy)
+    return DwRequest(directives, timeouts, user, preset, tolerance, release)
+
+
+def _release(value: object, policy: Policy) -> str:
+    """system.dw_release: a job may ask for the safe behaviour (its nodes held until Teardown
+    is done) at a site that releases them early, never the other way round."""
+    where = f"system.{RELEASE_ATTR}"
+    if not isinstance(value, str) or value not in RELEASE_CHOICES:
+        shown = value if isinstance(value, str) else type_name(value)
+        raise RequestError(f"{where} must be one of {', '.join(RELEASE_CHOICES)}, not {shown!r}")
+    if value == AFTER_UNMOUNT and policy.release_nodes != AFTER_UNMOUNT:
+        raise RequestError(
+            f"{where}={AFTER_UNMOUNT}: this site holds a job's nodes until Teardown is done "
+            "([dws] release-nodes)"
+        )
+    return value
 
 
 def _tolerance(value: object, policy: Policy) -> int:

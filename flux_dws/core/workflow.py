@@ -114,6 +114,7 @@ class WorkflowView:
     labels: Mapping[str, str] = field(hash=False)
     container: ContainerOutcome
     requires: tuple[str, ...] = ()  # status.requires (e.g. copy-offload)
+    annotations: Mapping[str, str] = field(hash=False, default_factory=dict)  # metadata
 
     @property
     def settled(self) -> bool:
@@ -227,7 +228,17 @@ def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
             directives, drivers, state, wf_status, message, status.raw("containers")
         ),
         requires=status.strings("requires"),
+        annotations=MappingProxyType(_annotations(meta.raw("annotations"))),
     )
+
+
+def _annotations(value: Any) -> dict[str, str]:
+    """metadata.annotations, string to string only: flux-dws reads its own (the release
+    mark, core.release) and ignores what others put there, so nothing in them makes the
+    workflow unreadable."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _driver(who: str, index: int, entry: Any) -> DriverStatus:

@@ -74,9 +74,22 @@ def job_view(
         teardown_failed="dws-teardown-failed" in dws,
         tolerated=_nodes((dws.get("dws-tolerated") or {}).get("all")),
         copies_recorded=_copies(dws.get("dws-datamovement")),
+        release=_mapping(dws.get("dws-release")),
+        ssd=_paths(record.get("ssd")),
         proposal=proposal,
         failures=failures,
     )
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    """The job's ssd vertex paths (the plugin reads them from R's JGF); untrusted."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({v for v in value if isinstance(v, str) and v.startswith("/")}))
 
 
 def _nodes(value: Any) -> tuple[str, ...]:

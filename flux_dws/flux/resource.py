@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -105,7 +106,12 @@ class NodeControl(Protocol):
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
         """Mark the rabbit's ssd pool up or down in Fluxion (ENOSYS-style error if absent);
-        up but ``hold`` bytes kept down (the parts that cover them: capacity drift)."""
+        up but ``hold`` bytes kept down (the parts that cover them: capacity drift).  Parts
+        held for a released job stay down either way."""
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        """Mark a released job's ssd vertices down (``hold``) until its Teardown is done, or
+        up again after (those its rabbit keeps down, marked down or for drift, stay down)."""
 
 
 def parse_resource_status(
@@ -138,6 +144,8 @@ class FluxNodes:
         self._parts: Mapping[str, tuple[tuple[str, int], ...]] = {}  # rabbit -> ssd (path, GiB)
         self._asked_fluxion = False  # its graph was read once (find), whatever it held
         self._unplaced: set[str] = set()
+        self._held: set[str] = set()  # ssd paths held for released jobs (core.release)
+        self._kept: dict[str, frozenset[str]] = {}  # rabbit -> paths its marking keeps down
 
     def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
         self.handle.rpc(topic, dict(payload), nodeid=0).then(lambda f: then(f))
@@ -211,14 +219,37 @@ class FluxNodes:
         if not paths and not self._asked_fluxion and self._fluxion is not False:
             self._read_fluxion_graph(lambda: self.mark_rabbit(rabbit, up, on_done, hold=hold))
             return
-        held = set(paths) if not up else set(parts_to_hold(parts, hold))
         if self._fluxion is False or not paths:
             if not paths and rabbit not in self._unplaced:
                 self._unplaced.add(rabbit)
                 log.info("rabbit %s has no ssd vertex in R's graph: not marked in Fluxion", rabbit)
             on_done(None)
             return
-        left = {"count": len(paths), "error": None}
+        kept = frozenset(paths) if not up else frozenset(parts_to_hold(parts, hold))
+        self._kept[rabbit] = kept
+        # parts held for a released job are down already, and stay so whatever the rabbit
+        wanted = {p: p not in kept for p in paths if p not in self._held}
+        self._set_status(wanted, on_done)
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        if hold:  # once per service: paths already held here are down already
+            fresh = {p: False for p in paths if p not in self._held}
+            self._held.update(paths)
+            self._set_status(fresh, on_done)
+            return
+        self._held.difference_update(paths)
+        rabbit = posixpath.basename  # /<cluster>/<rabbit>/ssd<N>: the parent's name
+        kept = self._kept.get
+        free = {p: True for p in paths if p not in kept(rabbit(posixpath.dirname(p)), ())}
+        self._set_status(free, on_done)
+
+    def _set_status(self, wanted: Mapping[str, bool], on_done: Done) -> None:
+        """``sched-fluxion-resource.set_status`` for each path (up if True, else down); one
+        answer for all.  Without Fluxion (ENOSYS) there is nothing to mark: not an error."""
+        if self._fluxion is False or not wanted:
+            on_done(None)
+            return
+        left = {"count": len(wanted), "error": None}
 
         def answered(future: Any) -> None:
             _, error, errnum = self._error(future)
@@ -235,6 +266,6 @@ class FluxNodes:
                 failed = left["error"]
                 on_done(None if failed is None else f"sched-fluxion-resource.set_status: {failed}")
 
-        for path in paths:
-            payload = {"resource_path": path, "status": "down" if path in held else "up"}
+        for path, up in wanted.items():
+            payload = {"resource_path": path, "status": "up" if up else "down"}
             self._rpc("sched-fluxion-resource.set_status", payload, answered)

@@ -360,6 +360,11 @@ class KubeClient:
             "workflow", self.namespace, name, WORKFLOWS, desired_state_patch(state, hurry)
         )
 
+    def annotate_workflow(self, name: str, key: str, value: str) -> dict:
+        """Merge-patch one annotation of the workflow (flux-dws's own, e.g. its release mark)."""
+        body = {"metadata": {"annotations": {key: value}}}
+        return self._patch("workflow", self.namespace, name, WORKFLOWS, body)
+
     def patch_computes(self, name: str, hosts: Sequence[str]) -> dict:
         """Write the job's compute nodes into the Computes resource named like the workflow."""
         return self._patch("computes", self.namespace, name, COMPUTES, computes_patch(hosts))

@@ -280,8 +280,9 @@ def read_failures(
     def read() -> Failures:
         if action.state is State.PRERUN:
             return mount_failures(x.kube.list_clientmounts(wf.name, wf.namespace), hosts)
-        if action.state is State.TEARDOWN:
-            return unmount_failures(x.kube.list_clientmounts(wf.name, wf.namespace), hosts)
+        if action.state in (State.POSTRUN, State.TEARDOWN):  # early release; Teardown drain
+            mounts = x.kube.list_clientmounts(wf.name, wf.namespace)
+            return unmount_failures(mounts, hosts, action.state.value)
         used["rabbits"] = served = rabbits()
         refs = sorted({n.servers for n in needs})
         servers = [x.kube.read_servers(ns, name) for ns, name in refs]
@@ -289,6 +290,12 @@ def read_failures(
 
     def store(result: Failures) -> str | None:
         x.keep_rabbits(used.get("rabbits"))
+        if result.state == State.POSTRUN.value and not result.nodes:
+            log.info(
+                "job %s workflow %s: every ClientMount reads unmounted", f58(tracked.jobid), wf.name
+            )
+            tracked.failures, tracked.dirty = result, True
+            return None
         log.warning(
             "job %s workflow %s: %s failed on node(s) %s",
             f58(tracked.jobid),

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from flux_dws.core import lifecycle as lc
-from flux_dws.service import actions, recording
+from flux_dws.core import release as rl
+from flux_dws.service import actions, recording, release
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import Done, Seen, Tracked
 
@@ -35,6 +36,10 @@ HANDLERS: Mapping[type, Handler] = {
     lc.ReadFailures: actions.read_failures,
     lc.DrainNodes: actions.drain_nodes,
     lc.ForceReady: actions.force_ready,
+    rl.HoldStorage: release.hold_storage,
+    rl.ReturnStorage: release.return_storage,
+    rl.MarkReleased: release.mark_released,
+    rl.RecordRelease: release.record_release,
 }
 #: Actions the loop itself handles.
 LOOP_ACTIONS = frozenset({lc.WakeAt})

@@ -334,15 +334,18 @@ class Stack:
         exit_status: int = 0,
         userid: int | None = None,
         tolerance: int | None = None,
+        release: str | None = None,
     ) -> int:
         """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...
-        -S dw_failure_tolerance=N` would."""
+        -S dw_failure_tolerance=N -S dw_release=WHEN` would."""
         assert self.flux is not None
         attributes: dict[str, Any] = {"dw": dw if isinstance(dw, str) else list(dw)}
         if timeouts:
             attributes["dw_timeout"] = dict(timeouts)
         if tolerance is not None:
             attributes["dw_failure_tolerance"] = tolerance
+        if release is not None:
+            attributes["dw_release"] = release
         return self.flux.submit(
             attributes, userid=userid, nnodes=nnodes, runtime=runtime, exit_status=exit_status
         )

@@ -86,11 +86,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a compute node whose mount fails in PreRun (repeatable)",
     )
     parser.add_argument(
-        "--fail-unmount",
+        "--hang-unmount",
         action="append",
         default=[],
         metavar="COMPUTE",
-        help="a compute node whose unmount hangs, so Teardown fails (repeatable)",
+        help="a compute node whose unmount hangs: PostRun waits, Teardown fails (repeatable)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     return parser.parse_args(argv)
@@ -129,8 +129,8 @@ def build(args: argparse.Namespace, delays: dict[State, float]) -> tuple[Store, 
     sim = DwsSim(store, delays=delays, time_scale=args.time_scale)
     for compute in args.fail_mount:
         sim.faults.fail_mount(compute)
-    for compute in args.fail_unmount:
-        sim.faults.fail_unmount(compute)
+    for compute in args.hang_unmount:
+        sim.faults.hang_unmount(compute)
     return store, sim
 
 

@@ -85,6 +85,7 @@ MAX_CONFLICT_RETRIES = 8  # re-reads after a 409 before giving a write up
 WATCH_POLL = 0.5  # longest wait on the watch, so stop() and timers are never late by more
 RELIST_BACKOFF = (0.05, 2.0)  # first and largest pause before re-listing after a watch failure
 API_RETRY = 1.0  # seconds before a driver retries after an unexpected API error
+UNMOUNT_RETRY = 1.0  # seconds before nnf-sos tries a hung unmount again (PostRun waits)
 
 #: stands in for a directive that failed, so the rest of the job is read in context.
 _PLACEHOLDER = "#DW Teardown action=wait"
@@ -813,8 +814,12 @@ class DwsSim:
 
     def _postrun(self, wf: dict[str, Any], d: Directive) -> Outcome:
         if d.command in ("jobdw", "persistentdw"):
-            _, fenced = self._unmount(wf)
-            return flt.fence_failure(fenced) if fenced else Complete()
+            stuck, fenced = self._unmount(wf)
+            if fenced:
+                return flt.fence_failure(fenced)
+            # a hung unmount holds PostRun; nnf-sos tries again (the hang may clear, or the
+            # compute be Disabled in SystemStatus and skipped)
+            return Wait(UNMOUNT_RETRY) if stuck else Complete()
         if d.command != "container":
             return Complete()
         settings = self._profile(wf, d)
@@ -861,15 +866,9 @@ class DwsSim:
 
     def _unmount(self, wf: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         """nnf-sos unmounts the workflow's ClientMounts (PostRun; Teardown again): the
-        computes whose unmount hangs (``Faults.unmount``), and those fenced.  Computes
-        Disabled in SystemStatus, or Offline or Fenced in their rabbit's Storage, are
-        skipped, never tried (``checkOfflineOrFencedCompute``)."""
-        meta = wf["metadata"]
-        selector = (
-            f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
-            f"{cmp.WORKFLOW_NAMESPACE_LABEL}={meta['namespace']}"
-        )
-        items, _ = self._store.list("clientmounts", None, selector, shared=True)
+        computes whose unmount hangs (``Faults.unmount``: mounted, with ``status.error``), and
+        those fenced.  Computes Disabled in SystemStatus, or Offline or Fenced in their
+        rabbit's Storage, are skipped, never tried (``checkOfflineOrFencedCompute``)."""
         status = self._get("systemstatuses", "default", "default") or {}
         disabled = {
             n for n, s in ((status.get("data") or {}).get("nodes") or {}).items() if s == "Disabled"
@@ -878,7 +877,7 @@ class DwsSim:
         links = flt.link_states(storages)
         hung = self.faults.stuck()
         stuck, fenced = [], []
-        for item in items:
+        for item in self._labelled(wf, "clientmounts"):
             node = (item.get("spec") or {}).get("node", "")
             if links.get(node) == "Fenced":
                 fenced.append(node)
@@ -895,20 +894,23 @@ class DwsSim:
                 except ApiError as exc:
                     if exc.code not in (404, 409):
                         raise
-        return sorted(stuck), sorted(fenced)
+        return sorted(set(stuck)), sorted(set(fenced))
 
-    def _delete_labelled(
-        self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
-    ) -> None:
-        """Delete ``plural`` objects carrying the workflow's labels (in any namespace), but
-        those named in ``keep``."""
+    def _labelled(self, wf: Mapping[str, Any], plural: str) -> list[dict[str, Any]]:
         meta = wf["metadata"]
         selector = (
             f"{cmp.WORKFLOW_NAME_LABEL}={meta['name']},"
             f"{cmp.WORKFLOW_NAMESPACE_LABEL}={meta['namespace']}"
         )
         items, _ = self._store.list(plural, None, selector, shared=True)
-        for item in items:
+        return list(items)
+
+    def _delete_labelled(
+        self, wf: Mapping[str, Any], plural: str, keep: frozenset[str] | set[str] = frozenset()
+    ) -> None:
+        """Delete ``plural`` objects carrying the workflow's labels (in any namespace), but
+        those named in ``keep``."""
+        for item in self._labelled(wf, plural):
             where = item["metadata"]
             if where["name"] in keep:
                 continue

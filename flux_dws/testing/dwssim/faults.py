@@ -10,13 +10,15 @@
 - ``Faults.mount`` names compute nodes whose mount fails in PreRun: nnf-sos's ClientMount for
   that node (one per compute per workflow, in a namespace named after the compute, with the
   workflow's labels) shows ``status.error`` and an unready mount, and PreRun fails.
-- ``Faults.unmount`` names compute nodes whose unmount hangs in PostRun: their ClientMount stays
-  ``mounted`` with ``status.error``, and Teardown fails naming them.  A compute DWS's
-  SystemStatus lists as Disabled is skipped, as nnf-sos's ``checkOfflineOrFencedCompute``
+- ``Faults.unmount`` names compute nodes whose unmount hangs (``Faults.hang_unmount``).  As
+  nnf-sos does, PostRun unmounts the workflow's ClientMounts (``status.mounts[].state``
+  unmounted); a hung one stays ``mounted`` with ``status.error`` and keeps PostRun waiting,
+  and Teardown (which unmounts again) fails naming the computes still mounted.  A compute
+  DWS's SystemStatus lists as Disabled is skipped, as nnf-sos's ``checkOfflineOrFencedCompute``
   does: no unmount is tried on it (its ClientMount is left as it is until Teardown deletes it),
-  so a stuck mount there fails nothing.  A compute whose Storage link is Offline or Fenced is
-  skipped too; a Fenced one fails the workflow in PostRun with nnf-sos's "compute nodes [...]
-  were fenced during the job" (``set_rabbit(..., links={node: "Fenced"})`` fences one).
+  so a stuck mount there holds and fails nothing.  A compute whose Storage link is Offline or
+  Fenced is skipped too; a Fenced one fails the workflow in PostRun with nnf-sos's "compute
+  nodes [...] were fenced during the job" (``set_rabbit(..., links={node: "Fenced"})``).
 
 forceReady is honoured by the DWS controller (status.force_ready), as in DWS: the state goes
 Ready/Completed with "Forced Ready" whatever the driver entries say; the failed entries stay
@@ -54,9 +56,9 @@ class Faults:
         with self._lock:
             (self.mount.add if fail else self.mount.discard)(compute)
 
-    def fail_unmount(self, compute: str, fail: bool = True) -> None:
+    def hang_unmount(self, compute: str, hang: bool = True) -> None:
         with self._lock:
-            (self.unmount.add if fail else self.unmount.discard)(compute)
+            (self.unmount.add if hang else self.unmount.discard)(compute)
 
     def stuck(self) -> frozenset[str]:
         with self._lock:

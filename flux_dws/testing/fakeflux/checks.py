@@ -14,6 +14,7 @@ from typing import Any
 DW_KEY = "dw"
 TIMEOUT_KEY = "dw_timeout"
 TOLERANCE_KEY = "dw_failure_tolerance"
+RELEASE_KEY = "dw_release"
 
 
 def is_dw_job(system: Mapping[str, Any]) -> bool:

@@ -130,6 +130,7 @@ class FakeNodes:
         self.rabbits: dict[str, bool] = {}  # what a Fluxion would hold: rabbit -> up
         self.held: dict[str, int] = {}  # rabbit -> bytes its pool keeps down (capacity drift)
         self.fluxion = False  # fakeflux has no Fluxion unless a test says so
+        self.parts_held: set[str] = set()  # ssd paths a released job holds down (core.release)
 
     def _call(self, fn: Callable[[], Any], on_done: Callable[[Any, str | None], None]) -> None:
         def run() -> None:
@@ -160,6 +161,13 @@ class FakeNodes:
             return
         self.rabbits[rabbit] = up
         self.held[rabbit] = hold if up else 0
+        on_done(None)
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        if hold:
+            self.parts_held.update(paths)
+        else:
+            self.parts_held.difference_update(paths)
         on_done(None)
 
 
@@ -219,4 +227,7 @@ class TransportNodes:
         self.transport.rpc("resource.undrain", payload, lambda _r, e: on_done(e and str(e)))
 
     def mark_rabbit(self, rabbit: str, up: bool, on_done: Done, *, hold: int = 0) -> None:
+        on_done(None)  # fakeflux has no Fluxion
+
+    def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
         on_done(None)  # fakeflux has no Fluxion

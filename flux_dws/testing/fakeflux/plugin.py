@@ -24,7 +24,13 @@ from flux_dws.base.fsd import format_fsd
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.flux.transport import RpcError
-from flux_dws.testing.fakeflux.checks import DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, is_dw_job
+from flux_dws.testing.fakeflux.checks import (
+    DW_KEY,
+    RELEASE_KEY,
+    TIMEOUT_KEY,
+    TOLERANCE_KEY,
+    is_dw_job,
+)
 from flux_dws.testing.fakeflux.jobs import Job
 
 log = logging.getLogger("flux-dws.testing.fakeflux.plugin")
@@ -163,11 +169,12 @@ def job_record(job: Job) -> dict[str, Any]:
             "phase": job_phase(job),
             "attributes": {
                 k: job.submitted[k]
-                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY)
+                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, RELEASE_KEY)
                 if k in job.submitted
             },
             "hosts": job.hosts,
             "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)
+            "ssd": [],
             "resources": job.jobspec.get("resources", []),
             "started": job.started,
             "exception": None if exc is None else {k: exc[k] for k in ("type", "severity", "note")},
@@ -530,7 +537,7 @@ class DwsPlugin:
             )
         if not isinstance(value, dict):
             raise RpcError(errno.EPROTO, "job-manager.dws.save: value must be an object")
-        if job.state == "INACTIVE":
+        if job.state == "INACTIVE" and not key.startswith("dws.release."):  # early release
             raise RpcError(errno.ENOENT, f"job {job_text(job.id)} is not held by the dws plugin")
         text = json.dumps(value, separators=(",", ":"))
         if len(text) > SAVE_VALUE_MAX:

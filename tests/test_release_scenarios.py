@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: LGPL-3.0-only
+"""Early release end to end: the service, kubeapi, dwssim (DataOut delayed) and a job-manager
+(fakeflux; a real Flux instance scheduled by Fluxion where flux-core and Fluxion are).
+
+With ``[dws] release-nodes = "after-unmount"`` a job is inactive, its nodes free, while its
+DataOut still runs; how DataOut and Teardown ended is in the job's KVS (dws.release.*).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from flux_dws.base.jobid import f58
+from flux_dws.cli import main
+from flux_dws.cli.sources import StackSource
+from flux_dws.core.release import RELEASE_ANNOTATION
+from flux_dws.core.states import State
+from flux_dws.testing.stack import Stack
+from tests.waiting import wait_for
+
+JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
+COPY_OUT = "#DW copy_out source=$DW_JOB_scratch/out destination=/lus/out"
+COPY_OUT_FAILS = "#DW copy_out source=$DW_JOB_scratch/missing destination=/lus/out"
+DATAOUT_SECONDS = 3.0
+RABBITS = {"rabbit-0": ["compute-01", "compute-02"]}
+
+
+@pytest.fixture(scope="module", params=["fakeflux", "flux", "fluxion"])
+def early(request):
+    """fakeflux; real Flux with sched-simple (no rabbits in the graph: the nodes go back and
+    nothing stands for the rabbit capacity); real Flux with Fluxion scheduling rabbits."""
+    from conftest import _fluxion_missing, _real_flux_missing
+
+    config: dict = {"heartbeat": "2s", "release-nodes": "after-unmount", "health-interval": "0.5s"}
+    delays = {State.DATAOUT: DATAOUT_SECONDS, State.TEARDOWN: 1.0}
+    kw: dict = {}
+    if request.param != "fakeflux":
+        missing = (_fluxion_missing if request.param == "fluxion" else _real_flux_missing)()
+        if missing:
+            pytest.skip(missing)
+        kw = {"backend": "flux"}
+    if request.param == "fluxion":
+        config["rabbit-scheduling"] = True
+        kw["rabbits"] = RABBITS
+    with Stack(config, hosts=2, delays=delays, capacity=36 * 2**30, **kw) as running:
+        yield running
+
+
+def workflow_of(stack, jobid):
+    name = f"fluxjob-{stack.identity}-{jobid}"
+    return next((w for w in stack.workflows() if w["metadata"]["name"] == name), None)
+
+
+def system_status(stack) -> dict[str, str]:
+    obj = stack.api.store.get("systemstatuses", "default", "default")
+    return dict((obj.get("data") or {}).get("nodes") or {})
+
+
+def gone(stack, jobid) -> bool:
+    return workflow_of(stack, jobid) is None
+
+
+def test_nodes_run_another_job_while_dataout_goes_on(early):
+    first = early.submit([JOBDW, COPY_OUT], nnodes=2)
+    info = early.wait(first)
+    assert info.result == "COMPLETED" and info.attach_status == 0
+    (release,) = info.events("dws-release")
+    assert release["context"]["drained"] == []
+    wf = workflow_of(early, first)
+    assert wf is not None and wf["spec"]["desiredState"] == "DataOut"
+    assert RELEASE_ANNOTATION in wf["metadata"]["annotations"]
+    # the same two nodes run a plain job while the first job's DataOut is still going
+    plain = early.flux.submit({}, nnodes=2)
+    assert early.wait(plain).result == "COMPLETED"
+    assert workflow_of(early, first) is not None
+    wait_for(lambda: gone(early, first), timeout=60)
+    dataout = json.loads(early.saved(first, "dws.release.dataout"))
+    assert dataout["status"] == "done"
+    assert [c["status"] for c in dataout["copies"]] == ["Success"]
+    assert json.loads(early.saved(first, "dws.release.teardown"))["status"] == "done"
+
+
+def test_dataout_failure_after_release_is_saved_for_the_user(early):
+    jobid = early.submit([JOBDW, COPY_OUT_FAILS])
+    info = early.wait(jobid)
+    assert info.result == "COMPLETED"  # the job ended before DataOut did
+    wait_for(lambda: gone(early, jobid), timeout=60)
+    dataout = json.loads(early.saved(jobid, "dws.release.dataout"))
+    assert dataout["status"] == "failed"
+    assert dataout["copies"][0]["status"] == "Failed"
+    assert "missing" in dataout["copies"][0]["message"]
+    assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+    # what `flux dws status JOBID` shows the user
+    out = io.StringIO()
+    code = main(
+        ["status", f58(jobid)],
+        out=out,
+        err=io.StringIO(),
+        source_factory=lambda: StackSource(early),
+        environ={},
+    )
+    text = out.getvalue()
+    assert code == 0
+    assert "RELEASED" in text and "DATAOUT    failed" in text and "TEARDOWN   done" in text
+    assert "copy_out #1: Failed" in text
+
+
+def test_a_node_whose_unmount_hangs_is_drained_alone(early):
+    hosts = list(early.hosts)
+    early.sim.faults.hang_unmount(hosts[1])
+    try:
+        jobid = early.submit(JOBDW, nnodes=2, timeouts={"postrun": "2s"})
+        info = early.wait(jobid)
+    finally:
+        early.sim.faults.hang_unmount(hosts[1], False)
+    assert "still mounted on " + hosts[1] in info.exception["note"]
+    (release,) = info.events("dws-release")
+    assert release["context"]["drained"] == [hosts[1]]
+    drained = early.flux.drained()
+    assert hosts[1] in drained and hosts[0] not in drained
+    assert "workflow fluxjob-" in drained[hosts[1]] and "PostRun" in drained[hosts[1]]
+    # a drain for a failed unmount makes the node Disabled for NNF, which then skips it
+    wait_for(lambda: system_status(early).get(hosts[1]) == "Disabled", timeout=30)
+    early.flux.undrain(hosts[1])
+    # Enabled again before the next job: else nnf-sos would skip (not unmount) it there
+    wait_for(lambda: system_status(early).get(hosts[1]) == "Enabled", timeout=30)
+    wait_for(lambda: gone(early, jobid), timeout=60)
+    assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+
+
+def test_a_job_asking_for_the_safe_behaviour_is_held_until_teardown(early):
+    jobid = early.submit([JOBDW, COPY_OUT], release="after-teardown")
+    info = early.wait(jobid)
+    assert not info.events("dws-release")
+    assert gone(early, jobid)  # the job ended only once its workflow was gone
+    assert [e["context"]["status"] for e in info.events("dws-datamovement")] == ["Success"]
+
+
+def test_a_job_needing_the_same_rabbit_waits_for_the_first_ones_teardown(early):
+    """Under Fluxion the first job's ssd parts stay down until its Teardown is done: a
+    second job that needs most of the rabbit is allocated only after that."""
+    if not early.policy.rabbit_scheduling:
+        pytest.skip("only Fluxion schedules rabbits")
+    big = "#DW jobdw type=xfs capacity=20GiB name=scratch"
+    first = early.submit([big, COPY_OUT])
+    early.wait(first)
+    assert early.flux.job_R(first)  # allocated with its ssd parts
+    second = early.submit(big)
+    wait_for(lambda: gone(early, first), timeout=60)
+    info = early.wait(second)
+    # COMPLETED: dwssim found the rabbit's capacity free at Setup (before the ssd parts were
+    # held, the second job was allocated at once and failed "insufficient capacity")
+    assert info.result == "COMPLETED"
+    alloc = info.events("alloc")[0]["timestamp"]
+    dataout = json.loads(early.saved(first, "dws.release.dataout"))
+    assert alloc > dataout["at"]  # not while the first one's DataOut went on
+
+
+@pytest.mark.parametrize("during", [State.DATAOUT, State.TEARDOWN])
+def test_service_killed_after_the_release_converges(early, during):
+    jobid = early.submit([JOBDW, COPY_OUT])
+    early.wait(jobid)
+    if during is State.TEARDOWN:
+        early.wait_workflow(jobid, State.TEARDOWN, timeout=60)
+    early.kill_service()
+    early.start_service()
+    wait_for(lambda: gone(early, jobid), timeout=60)
+    assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+
+
+def test_instance_restart_during_dataout_converges():
+    """The instance (and its service) restarts while a released job's DataOut goes on: the
+    job is inactive in the restarted instance, its workflow carries the mark, and the new
+    service finishes DataOut and Teardown and saves both outcomes."""
+    from conftest import _real_flux_missing
+
+    missing = _real_flux_missing()
+    if missing:
+        pytest.skip(missing)
+    config = {"heartbeat": "1s", "release-nodes": "after-unmount"}
+    delays = {State.DATAOUT: 8.0, State.TEARDOWN: 1.0}
+    options = {"persist": True}
+    with Stack(config, hosts=2, delays=delays, backend="flux", realflux=options) as stack:
+        jobid = stack.submit([JOBDW, COPY_OUT])
+        assert stack.wait(jobid, timeout=60).events("dws-release")
+        assert workflow_of(stack, jobid)["spec"]["desiredState"] == "DataOut"
+        stack.flux.shutdown()
+        stack.flux.service_exit(30)
+        stack.flux.restart()
+        stack.flux.start_service()
+        wait_for(lambda: gone(stack, jobid), timeout=90)
+        assert json.loads(stack.saved(jobid, "dws.release.dataout"))["status"] == "done"
+        assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"
+
+
+def test_service_killed_again_and_again_through_the_release_converges(early):
+    """SIGKILL the service every half second while jobs go through PostRun, the release,
+    DataOut and Teardown: each job is released once, every workflow ends, both outcomes are
+    saved, and no node is left drained."""
+    import time
+
+    jobs = [early.submit([JOBDW, COPY_OUT]) for _ in range(3)]
+    for _ in range(6):
+        time.sleep(0.5)
+        early.kill_service()
+        early.start_service()
+    for jobid in jobs:
+        info = early.wait(jobid, timeout=90)
+        assert len(info.events("dws-release")) == 1
+        assert len(info.events("epilog-finish")) == 1
+        wait_for(lambda j=jobid: gone(early, j), timeout=90)
+        assert json.loads(early.saved(jobid, "dws.release.dataout"))["status"] == "done"
+        assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
+    assert early.flux.drained() == {}
