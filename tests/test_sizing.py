@@ -2,8 +2,8 @@
 """Sizes and counts: the jobspec rewrite and the Servers plan keep to one rule, and every size,
 count and name from a user or from DWS is bounded before arithmetic (issues 21, 22 and 26).
 
-The property tests run 200 examples by default, to keep the suite quick; set
-``FLUX_DWS_EXAMPLES=1000`` (or more) for a deeper run.
+The property tests run the Hypothesis profile's examples (tests/conftest.py): 100 by default,
+to keep the suite quick; ``HYPOTHESIS_PROFILE=thorough`` runs 1,000 each.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -45,7 +44,7 @@ from flux_dws.core.storage import (
 from flux_dws.testing.dwssim.companions import storage_resource, system_configuration
 from flux_dws.validator import validate_attributes
 
-PROPERTY = settings(max_examples=int(os.environ.get("FLUX_DWS_EXAMPLES", "200")), deadline=None)
+PROPERTY = settings(deadline=None)
 SERVERS = ("default", "srv")
 NODES = [{"type": "node", "count": 2, "with": [{"type": "slot", "count": 1, "label": "task"}]}]
 
@@ -324,6 +323,58 @@ def test_ssd_deeper_than_the_rewrite_reaches_is_refused() -> None:
     assert rabbit_resources(USERS_SSD, [], {}) == [
         {"type": "slot", "count": 2, "label": "task", "with": [{"type": "node", "count": 1}]}
     ]
+
+
+@st.composite
+def user_resources(draw):
+    """A jobspec's resources as a user might write them (a ``node``, ``slot`` or ``chassis``
+    at the top, any counts), and the same with ssd of the user's own added: beside the nodes
+    (``where="top"``), or deeper than the rewrite reaches (``where="deep"``)."""
+    count = st.integers(1, 2**33)
+    inner = [{"type": "slot", "count": draw(count), "label": "task"}]
+    kind = draw(st.sampled_from(["node", "slot", "chassis"]))
+    if kind == "node":
+        base = [{"type": "node", "count": draw(count), "with": inner}]
+    else:
+        node = {"type": "node", "count": draw(count), "with": inner}
+        base = [{"type": kind, "count": draw(count), "label": "task", "with": [node]}]
+    ssd = {"type": "ssd", "count": draw(st.integers(0, 2**64))}
+    where = draw(st.sampled_from(["top", "deep"]))
+    users = json.loads(json.dumps(base))
+    if where == "top":
+        users[0].setdefault("with", []).append(ssd)
+    else:
+        users[0]["with"][0].setdefault("with", []).append(ssd)
+    return base, users, where
+
+
+def effective(resources, needs):
+    """What the job is scheduled with after the rewrite (its resources when it changes none)."""
+    rewritten = rabbit_resources(resources, needs, {})
+    return resources if rewritten is None else rewritten
+
+
+@PROPERTY
+@given(user_resources(), st.lists(st.integers(1, 2**42), max_size=3))
+def test_the_rewrite_is_the_only_source_of_ssd(shapes, sizes) -> None:
+    """A user's own ssd never changes what the job is scheduled with: beside the nodes it is
+    replaced by the rewrite's (the same as for the jobspec without it), deeper it is refused."""
+    base, users, where = shapes
+    needs = [need("xfs", PER_COMPUTE, size) for size in sizes]
+    try:
+        wanted = effective(base, needs)
+    except StorageError as exc:
+        wanted = exc
+    try:
+        got = effective(users, needs)
+    except StorageError as exc:
+        assert "\n" not in str(exc)
+        assert where == "deep" or isinstance(wanted, StorageError), exc
+        return
+    assert where == "top"
+    assert got == wanted
+    for entry in got[0].get("with", []):
+        assert entry["type"] != "ssd" or 1 <= entry["count"] <= MAX_COUNT
 
 
 # ---- the rabbit graph and rabbit names ------------------------------------------------------
