@@ -91,6 +91,14 @@ def test_parse_fsd_echoes_input_escaped_and_cut_short() -> None:
     assert len(message) < 160
 
 
+def test_parse_fsd_keeps_a_line_separator_out_of_its_one_line_message() -> None:
+    """U+2028 split the message across lines (issue 22, item 13)."""
+    with pytest.raises(ValueError) as info:
+        parse_fsd("1\u2028h\u2029\x85")
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "\\u2028" in message, repr(message)
+
+
 def test_parse_fsd_huge_integer_is_a_value_error() -> None:
     # float() of a huge int raises OverflowError, which is not a ValueError.
     with pytest.raises(ValueError, match="too large"):
