@@ -72,6 +72,33 @@ def test_typed_reads_fall_back():
     assert untrusted.echo("it's") == "'it's'" and untrusted.echo([1]) == "[1]"
 
 
+@pytest.mark.parametrize("text", ["²", "0-²", "３", "٣", "", " 1", "1.0", "-1", "9" * 20, "0x1", 7])
+def test_decimal_reads_ascii_digits_only(text):
+    """str.isdigit took "²" (int() then raised ValueError) and "３" (int() read it): a
+    directive_index, jobID or resourceVersion label of those raised or was misread."""
+    assert untrusted.decimal(text) is None
+
+
+def test_decimal_reads_what_fits():
+    assert untrusted.decimal("0") == 0 and untrusted.decimal("0042") == 42
+    assert untrusted.decimal(str(2**63 - 1)) == 2**63 - 1 and untrusted.decimal(str(2**63)) is None
+    assert untrusted.decimal("100000", 99_999) is None
+
+
+def test_a_copy_with_a_superscript_index_is_a_record_not_an_exception():
+    """Found by the thorough property run: directive_index "²" raised ValueError."""
+    objects = [
+        {
+            "metadata": {
+                "name": "dm",
+                "labels": {INITIATOR_LABEL: "copy_in", DIRECTIVE_INDEX_LABEL: "²"},
+            }
+        }
+    ]
+    (record,) = copy_records(State.DATAIN, ["#DW copy_in source=/a destination=/b"], objects)
+    assert record is not None
+
+
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no")

@@ -178,6 +178,10 @@ def sequence(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
+#: Digits :func:`decimal` reads at most: INT64_MAX has 19.
+_DECIMAL_DIGITS = 19
+
+
 def integer(value: Any, low: int = INT64_MIN, high: int = INT64_MAX) -> int | None:
     """``value`` when it is an int (never a bool) with ``low <= value <= high``, else None."""
     if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
@@ -188,6 +192,14 @@ def integer(value: Any, low: int = INT64_MIN, high: int = INT64_MAX) -> int | No
 def count(value: Any, high: int = INT64_MAX) -> int | None:
     """A non-negative int that fits an int64 (or ``high``), else None."""
     return integer(value, 0, high)
+
+
+def decimal(value: Any, high: int = INT64_MAX) -> int | None:
+    """``value`` read as :func:`count` when it is a string of ASCII digits, else None.
+    ``str.isdigit`` also takes "²" (which ``int`` then refuses) and "３" (which it reads)."""
+    if isinstance(value, str) and 0 < len(value) <= _DECIMAL_DIGITS and value.isascii():
+        return count(int(value), high) if value.isdigit() else None
+    return None
 
 
 def name_of(obj: Any, *, namespaced: bool = False, limit: int = 253) -> str:

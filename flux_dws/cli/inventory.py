@@ -117,6 +117,4 @@ def _jobid(obj: Mapping[str, Any]) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    return untrusted.decimal(value)

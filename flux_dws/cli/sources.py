@@ -17,6 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.core.policy import Policy, policy_from_table
@@ -68,8 +69,8 @@ def user_name(uid: int) -> str:
 
 def user_id(text: str) -> int:
     """A user given by name or number; SourceError names an unknown one."""
-    if text.isdigit():
-        return int(text)
+    if (uid := untrusted.decimal(text)) is not None:
+        return uid
     try:
         return pwd.getpwnam(text).pw_uid
     except KeyError:

@@ -239,9 +239,7 @@ def summary(record: CopyRecord) -> str:
 
 
 def _index(value: Any) -> int | None:
-    if isinstance(value, str) and value.isdigit() and len(value) < 6:
-        return int(value)
-    return None
+    return untrusted.decimal(value, 99_999)
 
 
 def _bytes(data: str) -> int | None:

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from flux_dws.base import untrusted
+
 GROUP = "flux-dws.flux-framework.org"
 INSTANCE_LABEL = f"{GROUP}/instance"
 JOBID_LABEL = f"{GROUP}/jobid"
@@ -72,9 +74,9 @@ def owned_jobid(obj: Mapping[str, Any], identity: str) -> int | None:
     if not isinstance(labels, Mapping) or labels.get(INSTANCE_LABEL) != identity:
         return None
     label, value = labels.get(JOBID_LABEL), spec.get("jobID")
-    if not isinstance(label, str) or not label.isdigit() or isinstance(value, bool):
+    jobid = untrusted.decimal(label)
+    if jobid is None or isinstance(value, bool):
         return None
-    jobid = int(label)
     if str(value) != label or meta.get("name") != workflow_name(identity, jobid):
         return None
     return jobid

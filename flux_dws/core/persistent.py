@@ -58,7 +58,7 @@ def _jobids(workflows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], int
     for wf in workflows:
         meta = untrusted.mapping(untrusted.mapping(wf).get("metadata"))
         label = untrusted.mapping(meta.get("labels")).get(JOBID_LABEL)
-        jobid = untrusted.count(int(label)) if isinstance(label, str) and label.isdigit() else None
+        jobid = untrusted.decimal(label)
         if jobid is not None:
             key = (untrusted.name_of(wf), str(meta.get("namespace") or ""))
             found[key] = jobid

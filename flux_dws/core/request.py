@@ -174,8 +174,8 @@ def _release(value: object, policy: Policy) -> str:
 def _tolerance(value: object, policy: Policy) -> int:
     """system.dw_failure_tolerance: how many compute nodes may fail, up to the site maximum."""
     where = f"system.{TOLERANCE_ATTR}"
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
+    if isinstance(value, str) and untrusted.decimal(value.strip()) is not None:
+        value = untrusted.decimal(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(
             f"{where} must be a whole number, not {type_name(value)} {untrusted.echo(value)}"

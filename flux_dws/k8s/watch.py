@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from flux_dws.base import untrusted
 from flux_dws.k8s.backoff import backoff_delay
 from flux_dws.k8s.calls import TRANSPORT_ERRORS
 from flux_dws.k8s.client import KubeClient
@@ -58,7 +59,7 @@ def slim(obj: dict) -> dict:
 
 
 def _number(rv: str) -> int | None:
-    return int(rv) if rv.isdigit() else None
+    return untrusted.decimal(rv)
 
 
 class Delivered:

@@ -84,8 +84,9 @@ def _watchdog_seconds(env: Mapping[str, str]) -> float | None:
     """The watchdog timeout meant for this process, or None (no watchdog, or another PID's)."""
     usec = env.get("WATCHDOG_USEC", "")
     pid = env.get("WATCHDOG_PID", "")
-    if not usec.isdigit() or int(usec) == 0:
+    timeout = untrusted.decimal(usec)
+    if not timeout:
         return None
-    if pid and (not pid.isdigit() or int(pid) != os.getpid()):
+    if pid and untrusted.decimal(pid) != os.getpid():
         return None
-    return int(usec) / 1e6
+    return timeout / 1e6
