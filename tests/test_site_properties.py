@@ -240,6 +240,18 @@ def test_policy_takes_a_value_or_says_why_in_one_line(key, value):
             ipaddress.IPv6Address(host)
 
 
+def test_a_huge_table_where_a_number_belongs_is_echoed_short():
+    """Found by the thorough run: ``container-log-size`` set to a table echoed all of it."""
+    table = {f"k{i}": ["x" * 50] * 10 for i in range(20)}
+    for key in ("container-log-size", "max-proposals"):
+        try:
+            policy_from_table({key: table})
+        except PolicyError as exc:
+            assert readable_line(str(exc), 300), str(exc)
+        else:
+            raise AssertionError(f"{key}: a table was taken")
+
+
 @PROPERTY
 @given(dw=TEXT | st.text(string.ascii_letters, min_size=1, max_size=5000), timeouts=JSON)
 def test_requests_are_read_or_refused_in_one_bounded_line(dw, timeouts):

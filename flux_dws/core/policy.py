@@ -182,7 +182,7 @@ def _string(value: object, key: str, pattern: re.Pattern[str] | None = None, rul
     if not value:
         raise _fail(key, "must not be empty")
     if pattern is not None and not pattern.fullmatch(value):
-        raise _fail(key, f"invalid value {value!r}: must be {rule}")
+        raise _fail(key, f"invalid value {echo(value)}: must be {rule}")
     return value
 
 
@@ -196,7 +196,7 @@ def _choice(value: object, key: str, choices: tuple[str, ...]) -> str:
 
 def _boolean(value: object, key: str) -> bool:
     if not isinstance(value, bool):
-        raise _fail(key, f"must be true or false, not {type_name(value)} {value!r}")
+        raise _fail(key, f"must be true or false, not {type_name(value)} {echo(value)}")
     return value
 
 
@@ -222,7 +222,7 @@ def _interval(value: object, key: str) -> float:
 def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -> int:
     """A whole number, ``least`` or more."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(key, f"must be an integer, not {type_name(value)} {value!r}")
+        raise _fail(key, f"must be an integer, not {type_name(value)} {echo(value)}")
     if value < least:
         raise _fail(key, f"must be {least}{zero if least == 0 else ''} or more, not {value}")
     return value
@@ -269,7 +269,7 @@ MAX_LOG_SIZE = 16 * 1024 * 1024
 def _size(value: object, key: str) -> int:
     """A size in bytes, written as #DW capacities are ("1TiB", "500GB")."""
     if not isinstance(value, str):
-        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {value!r}')
+        raise _fail(key, f'must be a size such as "1TiB", not {type_name(value)} {echo(value)}')
     try:
         return parse_size(value)
     except DirectiveError as exc:
