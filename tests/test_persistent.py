@@ -198,7 +198,7 @@ def test_unknown_storage_is_refused_at_submit(stack):
     )
     # a batch script's #DW lines in one string are read too
     assert "'nowhere' does not exist" in refused_at_submit(
-        stack, "#DW jobdw type=xfs capacity=1GiB name=s\n#DW persistentdw name=nowhere"
+        stack, "#DW jobdw type=xfs capacity=1GiB name=scratch\n#DW persistentdw name=nowhere"
     )
 
 
