@@ -56,7 +56,8 @@ def create_workflow(
     persistent = x.persistent
     waiting = persistent is not None and not persistent.ready()
     if waiting and any(persistent_names(d) for d in action.directives):
-        done(HALT)  # decided again once the storage is listed (or its grace ends)
+        assert persistent is not None
+        persistent.when_ready(lambda: done(HALT))  # decided again once the storage is listed
         return
     refused = persistent.refusal(action.directives, action.userid) if persistent else None
     if refused is not None:

@@ -39,7 +39,6 @@ class PersistentPush:
         loop: Loop,
         kube: KubeClient,
         jm: JobManager,
-        on_ready: Callable[[], None] = lambda: None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -49,7 +48,7 @@ class PersistentPush:
         self._last: dict[str, Any] | None = None
         self._listed = False
         self._grace_over = False
-        self._on_ready = on_ready
+        self._waiting: list[Callable[[], None]] = []  # run once ready()
         self._queued = False
         self._stopped = False
         self._watch = PersistentWatch(
@@ -80,7 +79,19 @@ class PersistentPush:
                 " by nnf-sos at Proposal until they are",
                 LIST_GRACE,
             )
-            self._on_ready()
+            self._became_ready()
+
+    def when_ready(self, then: Callable[[], None]) -> None:
+        """Run ``then`` (on the loop) once ready(): at the first list, or when its grace ends."""
+        if self.ready():
+            self.loop.call_soon(then)
+        else:
+            self._waiting.append(then)
+
+    def _became_ready(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for then in waiting:
+            self.loop.call_soon(then)
 
     def refusal(self, directives: Sequence[str], userid: int) -> tuple[str, str] | None:
         """The persistentdw (and why) the job may not use, from what the watch saw; None
@@ -106,7 +117,7 @@ class PersistentPush:
         self._listed = True
         self._schedule()
         if first:
-            self._on_ready()  # jobs waiting for the list are decided again
+            self._became_ready()  # jobs waiting for the list are decided again
 
     def _resend(self) -> None:
         if self._stopped:

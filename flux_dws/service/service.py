@@ -109,9 +109,7 @@ class Service:
                 policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
             )
         # persistent storage for the plugin's submit check (service.persistentpush)
-        self.persistent = PersistentPush(
-            policy=policy, loop=loop, kube=kube, jm=jobmanager, on_ready=self._kick_all
-        )
+        self.persistent = PersistentPush(policy=policy, loop=loop, kube=kube, jm=jobmanager)
         self.presence = Presence(
             policy=policy,
             loop=loop,
