@@ -49,8 +49,15 @@ static int validate_cb (flux_plugin_t *p,
                         flux_plugin_arg_t *args,
                         void *arg)
 {
-    char buf[256];
-    const char *problem = shallow_check (args_system (args), buf, sizeof (buf));
+    struct plugin_ctx *ctx = arg;
+    char buf[600];
+    json_t *system = args_system (args);
+    json_int_t userid = -1;
+    const char *problem = shallow_check (system, buf, sizeof (buf));
+
+    if (!problem
+        && flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I}", "userid", &userid) == 0)
+        problem = persistent_check (ctx, system, userid, buf, sizeof (buf));
 
     if (problem)
         return flux_jobtap_reject_job (p, args, "%s", problem);
@@ -275,6 +282,7 @@ static void ctx_destroy (struct plugin_ctx *ctx)
         flux_watcher_destroy (ctx->soon);
         flux_watcher_destroy (ctx->presence);
         json_decref (ctx->dirty);
+        persistent_forget (ctx);
         free (ctx);
         errno = saved_errno;
     }

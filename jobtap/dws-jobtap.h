@@ -140,6 +140,8 @@ struct plugin_ctx {
     struct queued_msg **queued_tail;
     int nqueued;                // requests in queued (at most MAX_QUEUED)
     struct pending_save *saves; // save requests waiting for their commit
+    json_t *persistent;         // storage name -> entry, from the service (or NULL)
+    char *persistent_unknown;   // the words for a name not in it (@NAME@ marks the name)
     bool destroying;
 };
 
@@ -154,6 +156,20 @@ typedef int (*method_f) (struct plugin_ctx *ctx,
                          json_t *payload,
                          json_t **response,
                          struct rpc_error *err);
+
+/* persistent.c */
+int persistent_method (struct plugin_ctx *ctx,
+                       const flux_msg_t *msg,
+                       const char *method,
+                       json_t *payload,
+                       json_t **response,
+                       struct rpc_error *err);
+void persistent_forget (struct plugin_ctx *ctx);
+const char *persistent_check (struct plugin_ctx *ctx,
+                              json_t *system,
+                              json_int_t userid,
+                              char *buf,
+                              size_t size);
 
 /* util.c */
 int fail (struct rpc_error *err, int errnum, const char *fmt, ...)

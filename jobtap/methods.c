@@ -320,6 +320,7 @@ static const struct {
     { "memo", memo_method },
     { "heartbeat", heartbeat_method },
     { "save", save_method },
+    { "persistent", persistent_method },
 };
 
 /* Whether the request comes from the instance owner (every method is the owner's).

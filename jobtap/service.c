@@ -119,6 +119,7 @@ void presence_expired (flux_reactor_t *r,
     }
     if (promote_standby (ctx))
         return;
+    persistent_forget (ctx);  // stale now: jobs are checked at Proposal until it is back
     for (struct dwsjob *st = ctx->jobs; st; st = st->next) {
         if (st->state != FLUX_JOB_STATE_DEPEND || !st->dep_held || st->rebuild_f)
             continue;
@@ -290,11 +291,15 @@ int list_method (struct plugin_ctx *ctx,
         return fail (err, ENOMEM, "job-manager.dws.list: out of memory");
     }
     if (!records
-        || !(*response = json_pack ("{s:o s:{s:o s:i}}",
+        || !(*response = json_pack ("{s:o s:{s:o s:i s:o}}",
                                     "jobs", records,
                                     "service",
                                       "active", described ? described : json_null (),
-                                      "standbys", standbys)))
+                                      "standbys", standbys,
+                                      "persistent",
+                                      ctx->persistent
+                                        ? json_integer (json_object_size (ctx->persistent))
+                                        : json_null ())))
         return fail (err, ENOMEM, "job-manager.dws.list: out of memory");
     return 0;
 }

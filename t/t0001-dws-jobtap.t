@@ -52,7 +52,7 @@ dws_setup 'load the dws plugin; its methods are job-manager.dws.*' '
     flux jobtap list >list.out &&
     grep "^dws-jobtap.so$" list.out &&
     dws_rpc list >empty.out &&
-    echo "{\"jobs\": [], \"service\": {\"active\": null, \"standbys\": 0}}" >empty.expected &&
+    echo "{\"jobs\": [], \"service\": {\"active\": null, \"standbys\": 0, \"persistent\": null}}" >empty.expected &&
     test_cmp empty.expected empty.out
 '
 
@@ -485,6 +485,30 @@ test_expect_success 'heartbeat answers {}' '
     dws_rpc heartbeat >hb.out &&
     echo "{}" >hb.expected &&
     test_cmp hb.expected hb.out
+'
+
+test_expect_success 'persistent: job.validate refuses a persistentdw in the pushed words' '
+    dws_rpc persistent "{\"storage\": [{\"name\": \"theirs\", \"owner\": 99999,
+        \"refusal\": null, \"others\": \"persistent storage theirs: not yours\"}],
+        \"unknown\": \"persistent storage @NAME@ is unknown\"}" >push.out &&
+    echo "{}" >push.expected &&
+    test_cmp push.expected push.out &&
+    test "$(dws_rpc list | jq .service.persistent)" = 1 &&
+    test_must_fail flux submit -S dw="#DW persistentdw name=theirs" true 2>theirs.err &&
+    grep "persistent storage theirs: not yours\$" theirs.err &&
+    test_must_fail flux submit -S dw="#DW persistentdw name=nope" true 2>nope.err &&
+    grep "persistent storage nope is unknown\$" nope.err
+'
+
+test_expect_success 'persistent: malformed snapshots are EPROTO and keep the last one' '
+    cat >persistent.tsv <<-EOF &&
+	persistent	{"storage": 5, "unknown": "x"}	EPROTO: job-manager.dws.persistent: storage must be a list of at most 4096 entries and unknown a string of at most 512 bytes
+	persistent	{"storage": []}	EPROTO: job-manager.dws.persistent: storage must be a list of at most 4096 entries and unknown a string of at most 512 bytes
+	persistent	{"storage": [{"name": "a b", "owner": 1}], "unknown": "x"}	EPROTO: job-manager.dws.persistent: entry 0 must have a name (at most 63 of [A-Za-z0-9._-]), an owner uid, refusal and others (text or null)
+	persistent	{"storage": [{"name": "a", "owner": "me"}], "unknown": "x"}	EPROTO: job-manager.dws.persistent: entry 0 must have a name (at most 63 of [A-Za-z0-9._-]), an owner uid, refusal and others (text or null)
+	EOF
+    dws_expect persistent.tsv &&
+    test "$(dws_rpc list | jq .service.persistent)" = 1
 '
 
 test_expect_success 'a plugin remove ends every stream with ENOSYS' '

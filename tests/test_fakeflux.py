@@ -511,6 +511,46 @@ def test_bad_names_get_the_c_plugins_words(
     assert err.errnum == errno.EINVAL and err.message == message
 
 
+SNAPSHOT_SHAPE = (
+    "job-manager.dws.persistent: storage must be a list of at most 4096 entries and unknown a"
+    " string of at most 512 bytes"
+)
+ENTRY_SHAPE = (
+    "job-manager.dws.persistent: entry 0 must have a name (at most 63 of [A-Za-z0-9._-]), an"
+    " owner uid, refusal and others (text or null)"
+)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"storage": 5, "unknown": "x"}, SNAPSHOT_SHAPE),
+        ({"storage": []}, SNAPSHOT_SHAPE),
+        ({"storage": [{}] * 4097, "unknown": "x"}, SNAPSHOT_SHAPE),
+        ({"storage": [], "unknown": "x" * 513}, SNAPSHOT_SHAPE),
+        ({"storage": [{"name": "a b", "owner": 1}], "unknown": "x"}, ENTRY_SHAPE),
+        ({"storage": [{"name": "a", "owner": "me"}], "unknown": "x"}, ENTRY_SHAPE),
+        ({"storage": [{"name": "a" * 64, "owner": 1}], "unknown": "x"}, ENTRY_SHAPE),
+        (
+            {"storage": [{"name": "a", "owner": 1, "others": "x" * 513}], "unknown": "x"},
+            ENTRY_SHAPE,
+        ),
+    ],
+)
+def test_malformed_persistent_snapshots_get_the_c_plugins_words(
+    ff: FakeFlux, service: Client, payload: dict[str, Any], message: str
+) -> None:
+    """As jobtap/persistent.c (t/t0001-dws-jobtap.t); the last good snapshot is kept."""
+    good = {"storage": [{"name": "a", "owner": 1, "others": "no"}], "unknown": "@NAME@?"}
+    assert service.call("persistent", good) == {}
+    err = service.fails("persistent", payload)
+    assert err.errnum == errno.EPROTO and err.message == message
+    with pytest.raises(SubmitError, match="^no$"):
+        ff.submit({"dw": "#DW persistentdw name=a"})
+    with pytest.raises(SubmitError, match="^b[?]$"):
+        ff.submit({"dw": "#DW persistentdw name=b"})
+
+
 def test_job_ids_in_messages_are_f58_as_the_broker_writes_them(
     ff: FakeFlux, service: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -101,6 +101,8 @@ def persistent_rows(
             sorted({jobs_of[(c, namespace)] for c in consumers if (c, namespace) in jobs_of})
         )
         state = status.get("state") or spec.get("state") or "Unknown"
+        if meta.get("deletionTimestamp"):
+            state = "Destroying"  # nnf-sos refuses it from then on, whatever its state says
         rows.append(
             PersistentRow(
                 name=name,
@@ -136,6 +138,61 @@ def use_refusal(row: PersistentRow | None, name: str, userid: int) -> str | None
     return None
 
 
+#: Where the plugin writes the job's storage name into the pushed ``unknown`` words.
+NAME_MARK = "@NAME@"
+#: The most storage the service pushes to the jobtap plugin (the plugin refuses more).
+PUSHED_MAX = 4096
+_PUSHABLE = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+
+
+def pushed_snapshot(rows: Iterable[PersistentRow]) -> dict[str, Any]:
+    """The ``persistent`` request: the storage the plugin checks persistentdw against at submit.
+
+    The words are use_refusal's, so submit and Proposal say the same: ``refusal`` is what the
+    owner gets (None: may use it), ``others`` what any other uid gets, ``unknown`` what a
+    name not listed gets (NAME_MARK marks the name).  Names the plugin cannot hold are left
+    out (their jobs are checked at Proposal); beyond PUSHED_MAX rows, the rest too.
+    """
+    storage = []
+    for row in rows:
+        if len(storage) >= PUSHED_MAX or not _PUSHABLE.match(row.name):
+            continue
+        stranger = -1 if row.owner != -1 else -2  # a uid that is not the owner's
+        storage.append(
+            {
+                "name": row.name,
+                "owner": row.owner,
+                "refusal": use_refusal(row, row.name, row.owner if row.owner is not None else -1),
+                "others": use_refusal(row, row.name, stranger),
+            }
+        )
+    return {"storage": storage, "unknown": use_refusal(None, NAME_MARK, -1)}
+
+
+def persistent_names(directive: str) -> str | None:
+    """The storage a ``#DW persistentdw name=X`` directive names (the last name=), or None.
+
+    As the jobtap plugin reads it at submit (jobtap/persistent.c): the same words, split."""
+    words = str(directive).split()
+    if words[:2] != ["#DW", "persistentdw"]:
+        return None
+    names = [w[5:] for w in words[2:] if w.startswith("name=") and len(w) > 5]
+    return names[-1] if names else None
+
+
+def directives_refusal(
+    directives: Sequence[str], rows: Mapping[str, PersistentRow], userid: int
+) -> tuple[str, str] | None:
+    """The first persistentdw of ``directives`` that user ``userid`` may not use, and why."""
+    for directive in directives:
+        name = persistent_names(directive)
+        if name is not None:
+            why = use_refusal(rows.get(name), name, userid)
+            if why is not None:
+                return directive, why
+    return None
+
+
 def destroy_refusal(row: PersistentRow, jobs_text: Sequence[str]) -> str | None:
     """Why ``row`` cannot be destroyed now, or None."""
     if row.consumers:
@@ -149,9 +206,14 @@ def destroy_refusal(row: PersistentRow, jobs_text: Sequence[str]) -> str | None:
 
 __all__ = [
     "IGNORE_UID",
+    "NAME_MARK",
+    "PUSHED_MAX",
     "PersistentRow",
     "destroy_refusal",
+    "directives_refusal",
+    "persistent_names",
     "is_shared",
     "persistent_rows",
+    "pushed_snapshot",
     "use_refusal",
 ]

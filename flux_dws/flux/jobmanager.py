@@ -109,6 +109,11 @@ class JobManager:
         """Set user annotations on the job (``flux jobs -o '{user.KEY}'``)."""
         self._rpc("memo", {"id": jobid, "memo": dict(memo)}, on_done)
 
+    def persistent(self, snapshot: Mapping[str, Any], on_done: Callback) -> None:
+        """Give the plugin the persistent storage it checks persistentdw against at submit
+        (flux_dws.core.persistent.pushed_snapshot; it replaces the last one)."""
+        self._rpc("persistent", json_safe(dict(snapshot), record=True), on_done)
+
     def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
         """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""
         value = json_safe(dict(value), record=True)  # a figure jansson cannot hold: unknown

@@ -12,9 +12,8 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.k8s.client import KubeClient
-from flux_dws.k8s.resources import DWS_GROUP, WORKFLOWS
+from flux_dws.k8s.resources import DWS_GROUP, PERSISTENT_STORAGES, WORKFLOWS
 
-PERSISTENT_STORAGES = "persistentstorageinstances"
 #: nnf-sos lets any uid's persistentdw use an instance carrying this annotation set to "true"
 #: (nnf_workflow_controller_helpers.go, PersistentStorageIgnoreUIDAnnotation).
 IGNORE_UID = "dataworkflowservices.github.io/ignore-uid"

@@ -39,6 +39,7 @@ from flux_dws.k8s.resources import (
     CONTAINER_PROFILES,
     DWS_GROUP,
     NNF_GROUP,
+    PERSISTENT_STORAGES,
     SERVERS,
     STORAGE_NAMESPACE,
     STORAGES,
@@ -427,6 +428,27 @@ class KubeClient:
             "storages",
             STORAGE_NAMESPACE,
             STORAGES,
+            None,
+            resource_version,
+            timeout_seconds,
+            read_timeout,
+        )
+
+    def list_persistent(self) -> tuple[list[dict], str]:
+        """Every PersistentStorageInstance in our namespace (where nnf-sos makes them for our
+        workflows), in pages, and the list's resourceVersion (where a PersistentWatch resumes)."""
+        return self._list_all(
+            "persistentstorageinstances", self.namespace, PERSISTENT_STORAGES, None
+        )
+
+    def open_persistent_watch(
+        self, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> urllib3.HTTPResponse:
+        """Start one watch on our namespace's PersistentStorageInstances; the raw response."""
+        return self._open_watch(
+            "persistentstorageinstances",
+            self.namespace,
+            PERSISTENT_STORAGES,
             None,
             resource_version,
             timeout_seconds,

@@ -31,6 +31,7 @@ BREAKDOWNS = "directivebreakdowns"
 SYSTEM_CONFIGURATIONS = "systemconfigurations"
 CONTAINER_PROFILES = "nnfcontainerprofiles"
 STORAGES = "storages"
+PERSISTENT_STORAGES = "persistentstorageinstances"
 #: DWS keeps one Storage resource per rabbit here.
 STORAGE_NAMESPACE = "default"
 

@@ -372,3 +372,14 @@ class StorageWatch(ResourceWatch):
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
         return client.list_storages, client.open_storage_watch
+
+
+class PersistentWatch(ResourceWatch):
+    """Our namespace's PersistentStorageInstances: the jobtap plugin checks persistentdw
+    against them at submit (flux_dws.service.persistentpush)."""
+
+    kind = "persistent"
+    target = "persistentstorageinstances in namespace"
+
+    def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
+        return client.list_persistent, client.open_persistent_watch

@@ -24,6 +24,8 @@ from flux_dws.core.health import Failures, mount_failures, setup_failures, unmou
 from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.lifecycle import ProposalInfo
+from flux_dws.core.messages import failure_note
+from flux_dws.core.persistent import persistent_names
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError, needs_from_breakdowns, plan_servers
@@ -48,6 +50,20 @@ def create_workflow(
                 x.fail_job(tracked, f"cannot set the workflow's groupID: {gid}", done)
 
         x.look_up_group(action.userid, found)
+        return
+    # The plugin checks persistentdw at submit when it has the service's snapshot; a job
+    # submitted without one fails here, before its workflow, in the same words.
+    persistent = x.persistent
+    waiting = persistent is not None and not persistent.ready()
+    if waiting and any(persistent_names(d) for d in action.directives):
+        assert persistent is not None
+        persistent.when_ready(lambda: done(HALT))  # decided again once the storage is listed
+        return
+    refused = persistent.refusal(action.directives, action.userid) if persistent else None
+    if refused is not None:
+        directive, why = refused
+        note = failure_note("Proposal", why, jobid, directive=directive, step="")
+        x.fail_job(tracked, note, done)
         return
 
     def settle(obj: dict[str, Any] | None, exc: BaseException | None) -> None:

@@ -36,6 +36,7 @@ from flux_dws.service.failures import (
 )
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import HALT, Attempts, Done, Halt, Metrics, Tracked
+from flux_dws.service.persistentpush import PersistentPush
 
 log = logging.getLogger("flux-dws")
 
@@ -59,6 +60,7 @@ class ActionExecutor:
         metrics: Metrics,
         kick: Callable[[int], None],
         health: HealthMonitor | None = None,
+        persistent: PersistentPush | None = None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -69,6 +71,7 @@ class ActionExecutor:
         self.metrics = metrics
         self.kick = kick
         self.health = health
+        self.persistent = persistent  # the persistentdw a job may not use (service.persistentpush)
         self.gids: dict[int, int] = {}  # primary groups found (failed lookups are not kept)
         self.rabbits: Mapping[str, str] | None = None  # SystemConfiguration: node -> rabbit
         self.attempts = Attempts(RECORD_ATTEMPTS)

@@ -45,6 +45,7 @@ from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
+from flux_dws.service.persistentpush import PersistentPush
 from flux_dws.service.presence import Presence
 from flux_dws.service.upkeep import Upkeep
 
@@ -107,6 +108,8 @@ class Service:
             self.health = HealthMonitor(
                 policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
             )
+        # persistent storage for the plugin's submit check (service.persistentpush)
+        self.persistent = PersistentPush(policy=policy, loop=loop, kube=kube, jm=jobmanager)
         self.presence = Presence(
             policy=policy,
             loop=loop,
@@ -137,6 +140,7 @@ class Service:
             metrics=self.metrics,
             kick=self._kick,
             health=self.health,
+            persistent=self.persistent,
         )
 
     # ------------------------------------------------------------------ start / stop
@@ -151,6 +155,7 @@ class Service:
         )
         self._watch.start()
         self.presence.start()
+        self.persistent.start()
         if self.health is not None:
             self.health.start()
         self.upkeep.start()
@@ -161,6 +166,7 @@ class Service:
             self.upkeep.stop("stopping")
         self._stopped = True
         self.presence.stop()
+        self.persistent.stop()
         if self._watch:
             self._watch.stop()
         if self.health is not None:

@@ -410,6 +410,16 @@ class RealFlux:
         except OSError as exc:
             raise SubmitError(" ".join(str(exc.strerror or exc).split())) from None
 
+    def dws_list(self) -> dict[str, Any]:
+        """The dws plugin's ``list`` response (job-manager.dws.list)."""
+        return self._handle.rpc("job-manager.dws.list", {}).get()
+
+    def command(self, *argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``flux ARGV...`` in the instance, its output captured."""
+        return subprocess.run(
+            [self.flux, *argv], capture_output=True, text=True, env=self._env(), timeout=timeout
+        )
+
     def cancel(self, jobid: int, note: str = "") -> None:
         from flux.job import cancel
 

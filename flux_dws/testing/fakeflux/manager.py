@@ -153,6 +153,7 @@ class FakeFlux:
             raise SubmitError(f"jobspec attributes.system is not valid JSON: {exc}") from None
         problem = self.validator(copy.deepcopy(system), userid) if self.validator else None
         problem = problem or shallow_check(system)
+        problem = problem or self.loop.run_sync(self._plugin.persistent_check, system, userid)
         if problem:
             raise SubmitError(problem)
         if not isinstance(nnodes, int) or not 1 <= nnodes <= len(self.hosts):
@@ -220,6 +221,12 @@ class FakeFlux:
             return False
 
         return self._wait_for(jobid, posted, f"a {name} event", timeout).events(name)[0]
+
+    def dws_list(self) -> dict[str, Any]:
+        """The plugin's ``list`` response, as the instance owner gets it."""
+        return self.loop.run_sync(
+            lambda: {"jobs": self._plugin._records(), "service": self._plugin.service_info()}
+        )
 
     def connect(self, client_loop: Loop, *, userid: int | None = None) -> Connection:
         """A connection for a client (the flux-dws service) whose callbacks run on client_loop."""

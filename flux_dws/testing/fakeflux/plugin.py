@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 from flux_dws.base.fsd import format_fsd
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop, Timer
+from flux_dws.core.persistent import NAME_MARK
 from flux_dws.flux.transport import RpcError
 from flux_dws.testing.fakeflux.checks import (
     DW_KEY,
@@ -205,7 +206,10 @@ class DwsPlugin:
             "memo": self._memo,
             "heartbeat": self._heartbeat,
             "save": self._save,
+            "persistent": self._persistent,
         }
+        self._storage: dict[str, dict[str, Any]] | None = None  # the service's, or none yet
+        self._unknown = ""
 
     # ------------------------------------------------------------------ job callbacks
 
@@ -314,8 +318,9 @@ class DwsPlugin:
         """Tell every job waiting in DEPEND that no service runs, once since it left.
 
         The C plugin gets here after three missed heartbeats (it cannot see disconnects);
-        fakeflux sees the disconnect itself.
+        fakeflux sees the disconnect itself.  The persistent storage snapshot is stale now.
         """
+        self._storage = None
         for job in self.jm.active_jobs():
             if not is_dw_job(job.submitted) or job.state != "DEPEND":
                 continue
@@ -415,14 +420,15 @@ class DwsPlugin:
     def service_info(self) -> dict[str, Any]:
         """``list``'s ``service``: the active service (or null) and how many standbys wait."""
         active = next((w for w in self.watchers if w.service), None)
+        persistent = None if self._storage is None else len(self._storage)
         if active is None:
-            return {"active": None, "standbys": len(self.standbys)}
+            return {"active": None, "standbys": len(self.standbys), "persistent": persistent}
         described = {
             **active.who,
             "heard": self.jm.loop.time() - (active.heard or active.who.get("since", 0.0)),
             "report": active.report,
         }
-        return {"active": described, "standbys": len(self.standbys)}
+        return {"active": described, "standbys": len(self.standbys), "persistent": persistent}
 
     def _records(self) -> list[dict[str, Any]]:
         return [job_record(job) for job in self.jm.active_jobs() if is_dw_job(job.submitted)]
@@ -524,6 +530,62 @@ class DwsPlugin:
         self.jm.post_event(job, name, context)
         return {}
 
+    def _persistent(self, req: Request) -> dict[str, Any]:
+        """The service's persistent storage, which job.validate checks persistentdw against."""
+        storage, unknown = req.payload.get("storage"), req.payload.get("unknown")
+        if (
+            not isinstance(storage, list)
+            or len(storage) > PERSISTENT_MAX
+            or not _text(unknown, null=False)
+        ):
+            raise RpcError(
+                errno.EPROTO,
+                f"job-manager.dws.persistent: storage must be a list of at most {PERSISTENT_MAX}"
+                f" entries and unknown a string of at most {PERSISTENT_TEXT} bytes",
+            )
+        snapshot = {}
+        for index, entry in enumerate(storage):
+            entry = entry if isinstance(entry, dict) else {}
+            name, owner = entry.get("name"), entry.get("owner")
+            if not (
+                isinstance(name, str)
+                and PERSISTENT_NAME.match(name)
+                and (owner is None or _is_int(owner))
+                and _text(entry.get("refusal"))
+                and _text(entry.get("others"))
+            ):
+                raise RpcError(
+                    errno.EPROTO,
+                    f"job-manager.dws.persistent: entry {index} must have a name (at most 63"
+                    " of [A-Za-z0-9._-]), an owner uid, refusal and others (text or null)",
+                )
+            snapshot[name] = entry
+        self._storage, self._unknown = snapshot, unknown
+        return {}
+
+    def persistent_check(self, system: dict[str, Any], userid: int) -> str | None:
+        """job.validate: why user's persistentdw may not run (the service's words), or None."""
+        if self._storage is None:
+            return None
+        dw = system.get("dw")
+        lines = dw.split("\n") if isinstance(dw, str) else dw if isinstance(dw, list) else []
+        for line in lines:
+            words = line.split() if isinstance(line, str) else []
+            if words[:2] != ["#DW", "persistentdw"]:
+                continue
+            names = [w[5:] for w in words[2:] if w.startswith("name=") and len(w) > 5]
+            if not names or not PERSISTENT_NAME.match(names[-1]):
+                continue
+            name = names[-1]
+            entry = self._storage.get(name)
+            if entry is None:
+                return self._unknown.replace(NAME_MARK, name, 1)
+            mine = _is_int(entry.get("owner")) and entry["owner"] == userid
+            text = entry.get("refusal" if mine else "others")
+            if text is not None:
+                return text
+        return None
+
     def _save(self, req: Request) -> dict[str, Any]:
         job = self._dw_job(req)
         key = req.payload.get("key")
@@ -554,6 +616,17 @@ class DwsPlugin:
         if job is None or not is_dw_job(job.submitted):
             raise RpcError(errno.ENOENT, f"job {job_text(jobid)} is not held by the dws plugin")
         return job
+
+
+PERSISTENT_MAX = 4096
+PERSISTENT_TEXT = 512
+PERSISTENT_NAME = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+
+
+def _text(value: object, null: bool = True) -> bool:
+    if value is None:
+        return null
+    return isinstance(value, str) and len(value.encode()) <= PERSISTENT_TEXT and "\0" not in value
 
 
 def _is_int(value: object) -> bool:
