@@ -92,18 +92,19 @@ def parse(storages: list[dict]) -> tuple[health.Rabbit, ...]:
 
 
 def health_pass(
-    hosts: list[str], config: dict, storages: list[dict], status: Any, drained: dict[str, str]
+    hosts: list[str], config: dict, storages: list[dict], status: Any, drained: dict[int, str]
 ) -> tuple[float, dict[str, Any] | None, health.DrainPlan]:
     """One pass of flux_dws.core.health as healthwatch runs it, from the watched Storages:
     CPU seconds, the SystemStatus patch, the plan."""
     rabbits = parse(storages)
     start = time.process_time()
     served = rabbit_map(config)
-    plan = health.plan_drains(rabbits, served, hosts, drained, drain_nodes=True)
-    now = dict(drained, **plan.drain)
-    for host in plan.undrain:
-        now.pop(host, None)
-    wanted = health.node_states(hosts, now, ())
+    ranks = dict(enumerate(hosts))  # one rank per host, as on El Capitan
+    plan = health.plan_drains(rabbits, served, ranks, drained, drain_nodes=True)
+    now = {**drained, **plan.drain}
+    for rank in plan.undrain:
+        now.pop(rank, None)
+    wanted = health.node_states(hosts, {ranks[r]: why for r, why in now.items()}, ())
     patch = health.system_status_patch(status, wanted)
     return time.process_time() - start, patch, plan
 
