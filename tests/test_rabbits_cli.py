@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from flux_dws.base.hostlist import encode_hostlist, expand_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.cli import main
-from flux_dws.core.rabbitview import rabbit_rows, servers_bytes
+from flux_dws.core.rabbits import servers_held
+from flux_dws.core.rabbitview import rabbit_rows
 from flux_dws.testing.dwssim import seed
 
 SAVED = Path(__file__).parent / "data" / "rabbits-3.json"
@@ -116,7 +117,7 @@ def test_a_saved_file_without_rabbits_is_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_untrusted_servers_read_as_nothing(bad) -> None:
-    assert sum(servers_bytes(bad).values()) == 0
+    assert sum(servers_held(bad).values()) == 0
     rows = rabbit_rows(None, [{"metadata": {"name": "r"}, "status": {"capacity": "x"}}], [bad])
     assert [(r.name, r.total, r.free) for r in rows] == [("r", 0, 0)]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.core.identity import JOBID_LABEL
-from flux_dws.core.rabbitview import servers_bytes
+from flux_dws.core.rabbits import servers_held
 
 IGNORE_UID = "dataworkflowservices.github.io/ignore-uid"
 #: States in which a persistentdw may use the storage (DWS's IsUsable).
@@ -89,7 +89,7 @@ def persistent_rows(
         namespace = untrusted.field(meta.get("namespace") or "", 63)
         ref = untrusted.mapping(status.get("servers"))
         key = (str(ref.get("name") or name), str(ref.get("namespace") or namespace))
-        placed = servers_bytes(by_servers.get(key) or {})
+        placed = servers_held(by_servers.get(key) or {})
         consumers = []
         for entry in untrusted.sequence(spec.get("consumerReferences")):
             ref_name = untrusted.mapping(entry).get("name")

@@ -100,8 +100,8 @@ def servers_held(servers: Mapping[str, Any]) -> dict[str, int]:
             entry = untrusted.mapping(entry)
             name = entry.get("name")
             if isinstance(name, str) and name:
-                count = entry.get("allocationCount", 1)
-                held[name] = held.get(name, 0) + size * (_count(count) or 1)
+                count = untrusted.count(entry.get("allocationCount"))  # absent: one
+                held[name] = held.get(name, 0) + size * (1 if count is None else count)
     return held
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.hostlist import encode_hostlist
+from flux_dws.core.rabbits import servers_held
 
 OWNER_KIND = "dataworkflowservices.github.io/owner.kind"
 OWNER_NAME = "dataworkflowservices.github.io/owner.name"
@@ -61,22 +62,6 @@ class RabbitRow:
 
 def _bytes(value: Any) -> int:
     return untrusted.count(value) or 0
-
-
-def servers_bytes(servers: Mapping[str, Any]) -> dict[str, int]:
-    """Rabbit -> bytes one Servers resource asks of it (allocationSize x allocationCount)."""
-    spec = untrusted.mapping(untrusted.mapping(servers).get("spec"))
-    found: dict[str, int] = {}
-    for aset in untrusted.sequence(spec.get("allocationSets")):
-        aset = untrusted.mapping(aset)
-        size = _bytes(aset.get("allocationSize"))
-        for entry in untrusted.sequence(aset.get("storage")):
-            entry = untrusted.mapping(entry)
-            name = entry.get("name")
-            if isinstance(name, str) and name:
-                count = untrusted.count(entry.get("allocationCount"))
-                found[name] = found.get(name, 0) + size * (1 if count is None else count)
-    return found
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -136,7 +121,7 @@ def rabbit_rows(
     held: dict[str, dict[tuple[str, str], int]] = {}
     for obj in servers:
         owner = _holder(obj)
-        for rabbit, size in servers_bytes(obj).items():
+        for rabbit, size in servers_held(obj).items():
             spot = held.setdefault(rabbit, {})
             spot[owner] = spot.get(owner, 0) + size
     rows = [
@@ -200,7 +185,7 @@ def job_allocation(servers: Iterable[Mapping[str, Any]], workflow: str) -> dict[
     for obj in servers:
         if _holder(obj) != ("Workflow", workflow):
             continue
-        for rabbit, size in servers_bytes(obj).items():
+        for rabbit, size in servers_held(obj).items():
             found[rabbit] = found.get(rabbit, 0) + size
     return found
 
@@ -211,6 +196,5 @@ __all__ = [
     "RabbitRow",
     "job_allocation",
     "rabbit_rows",
-    "servers_bytes",
     "serving",
 ]
