@@ -59,6 +59,19 @@ def read_data_movements(kube: KubeClient, workflow: str, namespace: str) -> list
     return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
 
 
+def data_movements_or_why(
+    kube: KubeClient, workflow: str, namespace: str
+) -> tuple[list[dict[str, Any]], str]:
+    """read_data_movements, with a refusal that asking again will not change read as no
+    records and the reason (a KubeError that may pass is raised, to be retried)."""
+    try:
+        return read_data_movements(kube, workflow, namespace), ""
+    except KubeError as exc:
+        if not permanent(exc):
+            raise
+        return [], f"could not read the NnfDataMovements: {exc}"
+
+
 def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) -> SavedOutput:
     """Every container of the workflow's pods, with the last ``limit`` bytes of its log.
 

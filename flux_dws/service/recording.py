@@ -24,8 +24,7 @@ from flux_dws.core import lifecycle as lc
 from flux_dws.core.copies import EVENT, UNKNOWN, copy_records, failure_note, summary
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
-from flux_dws.k8s import KubeError
-from flux_dws.k8s.records import collect_output, permanent, read_data_movements
+from flux_dws.k8s.records import collect_output, data_movements_or_why
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.failures import error_text
 from flux_dws.service.jobs import Done, Seen, Tracked
@@ -44,12 +43,7 @@ def record_copies(
     what = f"copies {action.state.value}"
 
     def read() -> tuple[list[dict[str, Any]], str]:
-        try:
-            return read_data_movements(x.kube, wf.name, wf.namespace), ""
-        except KubeError as exc:
-            if not permanent(exc):
-                raise
-            return [], f"could not read the NnfDataMovements: {exc}"
+        return data_movements_or_why(x.kube, wf.name, wf.namespace)
 
     def settle(result: Any, exc: BaseException | None) -> None:
         if exc is not None:

@@ -27,8 +27,7 @@ from flux_dws.core.release import (
 )
 from flux_dws.core.states import State
 from flux_dws.flux.transport import RpcError
-from flux_dws.k8s import KubeError
-from flux_dws.k8s.records import permanent, read_data_movements
+from flux_dws.k8s.records import data_movements_or_why
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.failures import error_text
 from flux_dws.service.jobs import Done, Seen, Tracked
@@ -107,12 +106,7 @@ def record_release(
     def read() -> tuple[list[dict[str, Any]], str]:
         if action.state != State.DATAOUT.value:
             return [], ""
-        try:
-            return read_data_movements(x.kube, wf.name, wf.namespace), ""
-        except KubeError as exc:
-            if not permanent(exc):
-                raise
-            return [], f"could not read the NnfDataMovements: {exc}"
+        return data_movements_or_why(x.kube, wf.name, wf.namespace)
 
     def settle(result: Any, exc: BaseException | None) -> None:
         if exc is not None:
