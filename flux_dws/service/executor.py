@@ -231,7 +231,8 @@ class ActionExecutor:
         )
 
     def post_event(self, tracked: Tracked, action: lc.PostEvent, done: Done) -> None:
-        """Post without waiting for the answer: the chain goes on at once.
+        """Post without waiting for the answer: the chain goes on at once (but after an
+        abort's reason, which waits for Flux's answer).
 
         Requests to the plugin are handled in the order sent, so the event still lands before
         anything the chain asks next.  The record takes the event now (the next decision sees
@@ -245,16 +246,13 @@ class ActionExecutor:
         tracked.posting[action.name] = context
         self.update_record(tracked, dws={**(tracked.record.get("dws") or {}), action.name: context})
 
-        def posted(error: str | Halt | None) -> None:
+        def posted(error: str | Halt | None, *, in_chain: bool = False) -> None:
             if tracked.posting.get(action.name) is context:
                 del tracked.posting[action.name]
             if error is None:
                 tracked.async_retry = 0.0
             if error is None or tracked.record is None:
                 return
-            log.warning(
-                "job %s: posting %s failed: %s; will retry", f58(tracked.jobid), action.name, error
-            )  # with backoff: a post Flux refuses must not be sent again every half second
             dws = dict(tracked.record.get("dws") or {})
             if dws.get(action.name) is context:
                 if before is None:
@@ -262,10 +260,28 @@ class ActionExecutor:
                 else:
                     dws[action.name] = before
                 self.update_record(tracked, dws=dws)
+            if in_chain:  # the chain's own failure logs it and retries with backoff
+                return
+            log.warning(
+                "job %s: posting %s failed: %s; will retry", f58(tracked.jobid), action.name, error
+            )  # with backoff: a post Flux refuses must not be sent again every half second
             self.retry_later(tracked)
 
-        self.jm.post(tracked.jobid, action.name, context, self.flux_done(posted, "post", tracked))
-        done(None)
+        if "reason" not in context:
+            self.jm.post(
+                tracked.jobid, action.name, context, self.flux_done(posted, "post", tracked)
+            )
+            done(None)
+            return
+
+        def recorded(error: str | Halt | None) -> None:
+            posted(error, in_chain=True)
+            done(error)
+
+        # An abort's reason must be in Flux before Teardown is asked: once the workflow is in
+        # Teardown nothing else says what failed, and a service killed between the two would
+        # let the job end with the wrong story (seen in the chaos test).
+        self.jm.post(tracked.jobid, action.name, context, self.flux_done(recorded, "post", tracked))
 
     def update_record(self, tracked: Tracked, **changes: Any) -> None:
         """Apply what an action just did to the cached record, ahead of the plugin's update.
