@@ -192,7 +192,7 @@ def test_minor_error_that_never_clears_ends_at_the_state_timeout(stack):
     jobid = stack.submit(["#DW DataIn action=error message=slow_disk"], timeouts={"datain": "1s"})
     info = stack.wait(jobid)
     assert info.result == "FAILED"
-    assert "DataIn did not complete within 1s" in note(info), note(info)
+    assert "DataIn failed: did not complete within 1s" in note(info), note(info)
     assert_clean(stack, info)
 
 
