@@ -19,7 +19,7 @@ from typing import Any, Callable, TextIO
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.base.sizes import parse_size, show_bytes
-from flux_dws.cli.rabbitgraph import _read_json
+from flux_dws.cli.rabbitgraph import read_json
 from flux_dws.cli.render import Column, dumps, format_table
 from flux_dws.cli.sources import KUBE_RETRIES, KUBE_TIMEOUT, user_name
 from flux_dws.core.persistent import PersistentRow, destroy_refusal, persistent_rows
@@ -96,7 +96,7 @@ def live_rows(kubeconfig: str | None) -> list[PersistentRow]:
 def saved_rows(path: str) -> list[PersistentRow]:
     from flux_dws.cli.rabbits import split_saved
 
-    saved = split_saved(_read_json(path, "saved resources", sys.stdin))
+    saved = split_saved(read_json(path, "saved resources", sys.stdin))
     return persistent_rows(saved.persistent, saved.servers, saved.workflows)
 
 

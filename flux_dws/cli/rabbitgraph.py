@@ -95,7 +95,7 @@ def split_objects(saved: Any) -> tuple[dict[str, Any], list[dict[str, Any]], lis
     return (named or configs)[0], storages, servers
 
 
-def _read_json(path: str, what: str, stdin: TextIO) -> Any:
+def read_json(path: str, what: str, stdin: TextIO) -> Any:
     try:
         if path == "-":
             return json.load(stdin)
@@ -157,9 +157,9 @@ def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int:
-    R = _read_json(args.resources, "R", sys.stdin)
+    R = read_json(args.resources, "R", sys.stdin)
     if args.from_file:
-        saved = _read_json(args.from_file, "saved resources", sys.stdin)
+        saved = read_json(args.from_file, "saved resources", sys.stdin)
         config, storages, servers = split_objects(saved)
     else:
         config, storages, servers = live_objects(args.kubeconfig)

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, parse_jobid
 from flux_dws.base.sizes import show_bytes
-from flux_dws.cli.rabbitgraph import _read_json
+from flux_dws.cli.rabbitgraph import read_json
 from flux_dws.cli.render import Column, dumps, format_table
 from flux_dws.core.identity import JOBID_LABEL
 from flux_dws.core.rabbitview import RabbitRow, job_allocation, rabbit_rows, serving
@@ -214,7 +214,7 @@ def as_json(row: RabbitRow, allocation: Mapping[str, int] | None) -> dict[str, A
 def run(args: argparse.Namespace, out: TextIO) -> int:
     jobid = parse_jobid(args.jobid) if args.jobid else None
     if args.from_file:
-        objects = split_saved(_read_json(args.from_file, "saved resources", sys.stdin))
+        objects = split_saved(read_json(args.from_file, "saved resources", sys.stdin))
     else:
         objects = live_objects(args.kubeconfig, workflows=jobid is not None)
     rows, allocation = select(objects, jobid=jobid, node=args.node)
