@@ -313,6 +313,7 @@ def test_the_reason_for_an_abort_is_recorded_before_teardown_is_asked(state):
         f"{state.value} failed: {JOBDW}: no space left; flux dws status {f58(j.jobid)}"
     )
     assert record < kinds.index("SetDesiredState") < kinds.index("RaiseException")
+    assert actions[record].wait  # the chain asks Teardown only once Flux holds the reason
 
 
 def test_container_outcome_is_recorded_once():
@@ -459,6 +460,7 @@ def test_teardown_error_gives_up_deletes_and_lets_the_job_go():
     j = job(JobPhase.EPILOG, started=True, **recorded(State.TEARDOWN, NOW + 100))
     actions = decide(j, wf(State.TEARDOWN, ready=False, status=Status.ERROR), POLICY, NOW)
     assert [e.name for e in of(actions, lc.PostEvent)] == ["dws-teardown-failed"]
+    assert of(actions, lc.PostEvent)[0].wait  # in Flux before the workflow is deleted
     assert kinds(actions) == ["DeleteWorkflow"]
 
 

@@ -115,6 +115,9 @@ def test_all_unmounted_releases_the_nodes_holding_the_ssd_parts_first() -> None:
     assert of(actions, lc.SetDesiredState)[0].state is State.DATAOUT
     assert of(actions, rl.HoldStorage) == [rl.HoldStorage(SSD)]
     event = next(a for a in of(actions, lc.PostEvent) if a.name == "dws-release")
+    # in Flux before DataOut is asked: a restart must find the job released, or DataOut's
+    # outcome would go unsaved (the release would be decided after DataOut was over)
+    assert event.wait and actions.index(event) < names.index("SetDesiredState")
     assert event.context["nodes"] == list(HOSTS) and event.context["drained"] == []
     assert "reason" not in event.context
     mark = of(actions, rl.MarkReleased)[0].mark

@@ -215,3 +215,41 @@ def test_service_killed_again_and_again_through_the_release_converges(early):
         assert json.loads(early.saved(jobid, "dws.release.dataout"))["status"] == "done"
         assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
     assert early.flux.drained() == {}
+
+
+def test_dataout_is_asked_only_once_flux_holds_the_release():
+    """The workflow leaves PostRun only once Flux has answered the dws-release post: a
+    service killed between the two would otherwise restart with the workflow in DataOut and
+    no release on the job, end DataOut the usual way and never save its outcome (seen once
+    in test_service_killed_again_and_again_through_the_release_converges)."""
+    import threading
+    import time
+
+    config = {"heartbeat": "2s", "release-nodes": "after-unmount", "health-interval": "0.5s"}
+    with Stack(config, hosts=2, delays={State.DATAOUT: 1.0}) as stack:
+        assert stack.service is not None
+        jm = stack.service.executor.jm
+        real_post = jm.post
+        held: list = []
+        posted = threading.Event()
+
+        def post(jobid, name, context, on_done):
+            if name != "dws-release" or held:
+                return real_post(jobid, name, context, on_done)
+
+            def answered(*answer):
+                held.append((on_done, answer))
+                posted.set()
+
+            return real_post(jobid, name, context, answered)
+
+        jm.post = post
+        jobid = stack.submit([JOBDW, COPY_OUT])
+        assert posted.wait(60)
+        time.sleep(1.0)  # the chain, were it not waiting, would have asked DataOut by now
+        assert workflow_of(stack, jobid)["spec"]["desiredState"] == "PostRun"
+        assert not stack.flux.info(jobid).events("epilog-finish")
+        on_done, answer = held[0]
+        stack.service.loop.call_soon(on_done, *answer)
+        wait_for(lambda: gone(stack, jobid), timeout=60)
+        assert json.loads(stack.saved(jobid, "dws.release.dataout"))["status"] == "done"

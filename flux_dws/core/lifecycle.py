@@ -201,10 +201,17 @@ class RaiseException:
 
 @dataclass(frozen=True)
 class PostEvent:
-    """Record something on the job's eventlog (for users, and for the next decide())."""
+    """Record something on the job's eventlog (for users, and for the next decide()).
+
+    ``wait``: the chain goes on only once Flux has taken the event.  For the events the
+    workflow's next move depends on after a restart (an abort's reason before Teardown, the
+    release before DataOut): a service killed between the two must not leave the workflow
+    ahead of the story on the job.  Other posts go on at once (they are off the critical path).
+    """
 
     name: str
     context: Mapping[str, Any]
+    wait: bool = False
 
 
 @dataclass(frozen=True)
@@ -409,9 +416,9 @@ def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> lis
 
     The reason goes on the job before Teardown is asked: once the workflow is in Teardown its
     status no longer says what failed, so a service killed between the patch and the event
-    would otherwise forget why and let the job end as a success.  Posting does not wait for
-    Flux's answer, and Teardown is asked before the exception: should Flux refuse the
-    exception or the event, the nodes and storage are still given back, and the recorded
+    would otherwise forget why and let the job end as a success, so that post waits for
+    Flux's answer (``PostEvent.wait``).  Teardown is asked before the exception: should Flux
+    refuse the exception, the nodes and storage are still given back, and the recorded
     reason is raised when the exception is tried again."""
     if job.phase is JobPhase.PROLOG:
         actions = _fail_prolog(job, problem)
@@ -419,7 +426,7 @@ def _abort(job: JobView, problem: str | None, policy: Policy, now: float) -> lis
         actions = _fail(job, problem)
     ask, *record = _enter(job, State.TEARDOWN, policy, now, hurry=True)
     if record and problem and isinstance(record[0], PostEvent):  # kept for a retried raise
-        record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem})
+        record[0] = PostEvent("dws-state", {**record[0].context, "reason": problem}, wait=True)
     return [*record, ask, *actions]
 
 
@@ -557,7 +564,8 @@ def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> lis
         if held:
             why = f"{UNMOUNT_FAILED} (workflow {wf.name} {stuck})"
             actions.append(DrainNodes(held, job_reason(job.jobid, why)))
-        actions.append(PostEvent("dws-teardown-failed", context))
+        # in Flux before the workflow is deleted: afterwards nothing says Teardown failed
+        actions.append(PostEvent("dws-teardown-failed", context, wait=True))
         actions.append(DeleteWorkflow())
     return actions
 
@@ -783,7 +791,7 @@ def _early_release(
         timeout = format_fsd(_timeout(job, State.POSTRUN.key, policy))
         on = f"; still mounted on {', '.join(stuck)}" if stuck else ""
         context["reason"] = f"{State.POSTRUN.value} did not complete within {timeout}{on}"
-    event = PostEvent("dws-release", context)
+    event = PostEvent("dws-release", context, wait=True)
     return [event, *_release_nodes(job, wf, context, policy, now)]
 
 

@@ -231,8 +231,8 @@ class ActionExecutor:
         )
 
     def post_event(self, tracked: Tracked, action: lc.PostEvent, done: Done) -> None:
-        """Post without waiting for the answer: the chain goes on at once (but after an
-        abort's reason, which waits for Flux's answer).
+        """Post without waiting for the answer: the chain goes on at once (unless the action
+        says ``wait``: then only once Flux has taken it).
 
         Requests to the plugin are handled in the order sent, so the event still lands before
         anything the chain asks next.  The record takes the event now (the next decision sees
@@ -267,7 +267,7 @@ class ActionExecutor:
             )  # with backoff: a post Flux refuses must not be sent again every half second
             self.retry_later(tracked)
 
-        if "reason" not in context:
+        if not action.wait:
             self.jm.post(
                 tracked.jobid, action.name, context, self.flux_done(posted, "post", tracked)
             )
@@ -278,9 +278,9 @@ class ActionExecutor:
             posted(error, in_chain=True)
             done(error)
 
-        # An abort's reason must be in Flux before Teardown is asked: once the workflow is in
-        # Teardown nothing else says what failed, and a service killed between the two would
-        # let the job end with the wrong story (seen in the chaos test).
+        # e.g. an abort's reason before Teardown is asked (a never-start job once ended as
+        # "workflow ended before the job could start" in the chaos test), or dws-release
+        # before DataOut (else DataOut's outcome was never saved: tests/test_release_scenarios)
         self.jm.post(tracked.jobid, action.name, context, self.flux_done(recorded, "post", tracked))
 
     def update_record(self, tracked: Tracked, **changes: Any) -> None:
