@@ -96,7 +96,10 @@ def stack():
 
 
 def test_dwssim_publishes_free_capacity_as_nnf_sos_does(stack):
+    passes = stack.service.health.passes
     stack.sim.add_outside_storage("sys-0", "rabbit-1", 30 * GIB)
+    wait_for(lambda: stack.service.health.passes > passes + 1, "a pass after it", WAIT)
+    assert not stack.service.health.drifts  # its Servers explain it (seen by the watch)
     storage = stack.api.store.get("storages", "default", "rabbit-1")
     assert storage["status"]["capacity"] == 70 * GIB
     assert sum(d["capacity"] for d in storage["status"]["devices"]) == 100 * GIB

@@ -734,6 +734,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "read_token": lambda k: k.read_token(k.namespace, "nosuch"),
     "open_workflow_watch": _watch_once,
     "open_storage_watch": lambda k: _watch_once(k, "open_storage_watch"),
+    "open_servers_watch": lambda k: _watch_once(k, "open_servers_watch"),
     "list_persistent": lambda k: k.list_persistent(),
     "open_persistent_watch": lambda k: _watch_once(k, "open_persistent_watch"),
     "delete_workflow": lambda k: k.delete_workflow(k.workflow_name(WORKFLOW_ID)),

@@ -55,11 +55,6 @@ def stack():
         yield running
 
 
-def _passes(stack) -> int:
-    """Health passes so far: each lists the Servers once (Storage is watched, never listed)."""
-    return stack.api.request_counts().get(("list", "servers"), 0)
-
-
 def _down(stack) -> str:
     """Fluxion's ssd vertices held down now, as JGF text."""
     handle = stack.flux._handle
@@ -82,8 +77,8 @@ def test_a_leak_is_kept_from_fluxion_and_no_job_fails_in_setup(stack):
     wait_for(lambda: "/rabbit-0/ssd" in _down(stack), "the leaked capacity down in Fluxion", WAIT)
     job = stack.submit(xfs(70), nnodes=1)  # rabbit-1's pool is 60; rabbit-0 has 50 left
     stack.wait(job, state="SCHED", timeout=WAIT)
-    seen = _passes(stack)
-    wait_for(lambda: _passes(stack) > seen + 2, "passes with the leak", WAIT)
+    seen = stack.health_passes()
+    wait_for(lambda: stack.health_passes() > seen + 2, "passes with the leak", WAIT)
     assert stack.flux.info(job).state == "SCHED"
     stack.sim.unleak()
     info = stack.wait(job, timeout=WAIT)

@@ -91,11 +91,8 @@ def test_a_whole_system_job_queued_before_an_outage_runs_after_it(stack):
     stack.set_rabbit("rabbit-1", "Offline")
     wait_for(lambda: "rabbit-1" in down_pools(stack), "rabbit-1's pool down in Fluxion", WAIT)
 
-    def passes() -> int:  # each health pass lists the Servers once (Storage is watched)
-        return stack.api.request_counts().get(("list", "servers"), 0)
-
-    seen = passes()
-    wait_for(lambda: passes() > seen + 2, "health passes during the outage", WAIT)
+    seen = stack.health_passes()  # as the service reports them: Servers are watched, not listed
+    wait_for(lambda: stack.health_passes() > seen + 2, "health passes during the outage", WAIT)
     assert not stack.flux.drained()
     for queued in (whole, whole_dw):  # waiting, not rejected as unsatisfiable
         assert stack.flux.info(queued).state == "SCHED", stack.flux.info(queued)

@@ -274,6 +274,17 @@ def test_fluxion_pool_follows_the_rabbit_and_steady_state_writes_nothing(stack):
     assert after.get(("list", "storages")) == before.get(("list", "storages"))
 
 
+def test_steady_state_passes_list_no_servers(stack):
+    """Servers are watched like Storage: after the start-up list, a health pass (capacity
+    drift included) reads the watched copy and lists nothing."""
+    wait_for(lambda: stack.health_passes() >= 1, "a reported pass", WAIT)
+    lists = stack.api.request_counts().get(("list", "servers"), 0)
+    assert lists >= 1  # the watch's start-up list
+    later = stack.health_passes()
+    wait_for(lambda: stack.health_passes() >= later + 3, "three more passes", WAIT)
+    assert stack.api.request_counts().get(("list", "servers"), 0) == lists
+
+
 def test_a_rabbit_going_down_is_acted_on_without_waiting_for_the_resync():
     """health-interval of an hour: only the Storage watch can start the pass that drains the
     rabbit's nodes, and none of it lists Storage again."""

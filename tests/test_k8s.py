@@ -38,7 +38,7 @@ from flux_dws.k8s.resources import (
     ServedGroup,
     choose_versions,
 )
-from flux_dws.k8s.watch import Delivered
+from flux_dws.k8s.watch import Delivered, qualified_name
 from flux_dws.testing.kubeapi import ApiError, KubeApi
 
 NS = "default"
@@ -645,6 +645,22 @@ def test_delivered_never_repeats_and_converges(operations, resumes):
     keys = [(k, o["metadata"]["name"], o["metadata"]["resourceVersion"]) for k, o in out]
     assert len(keys) == len(set(keys))
     assert delivered.objects == truth
+
+
+def test_a_watch_over_every_namespace_tells_same_named_objects_apart():
+    """Servers are named after workflows, in each workflow's namespace: one cluster-wide watch
+    may see two of the same name, and must neither merge them nor lose one on a re-list."""
+
+    def servers(namespace: str, rv: int) -> dict:
+        meta = {"name": "fluxjob-1-0", "namespace": namespace, "resourceVersion": str(rv)}
+        return {"metadata": meta}
+
+    delivered = Delivered(qualified_name)
+    assert delivered.watch_event("ADDED", servers("a", 1)) == [("ADDED", servers("a", 1))]
+    assert delivered.watch_event("ADDED", servers("b", 2)) == [("ADDED", servers("b", 2))]
+    assert sorted(delivered.objects) == ["a/fluxjob-1-0", "b/fluxjob-1-0"]
+    assert delivered.relist([servers("b", 2)], "3") == [("DELETED", servers("a", 1))]
+    assert list(delivered.objects) == ["b/fluxjob-1-0"]
 
 
 # -- the worker ------------------------------------------------------------------------

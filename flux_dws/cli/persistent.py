@@ -87,7 +87,7 @@ def live_rows(kubeconfig: str | None) -> list[PersistentRow]:
     kube = _kube(kubeconfig)
     try:
         return persistent_rows(
-            admin.list_persistent(kube), kube.list_servers(), admin.list_all_workflows(kube)
+            admin.list_persistent(kube), kube.list_servers()[0], admin.list_all_workflows(kube)
         )
     finally:
         kube.close()

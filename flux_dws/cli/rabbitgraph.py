@@ -119,7 +119,7 @@ def live_objects(
         config = kube.read_system_configuration()
         if config is None:
             raise RabbitError("the API has no SystemConfiguration default/default")
-        return config, kube.list_storages()[0], kube.list_servers()
+        return config, kube.list_storages()[0], kube.list_servers()[0]
     finally:
         kube.close()
 

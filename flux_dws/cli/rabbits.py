@@ -130,7 +130,7 @@ def live_objects(kubeconfig: str | None, *, workflows: bool) -> Objects:
         return Objects(
             kube.read_system_configuration(),
             kube.list_storages()[0],
-            kube.list_servers(),
+            kube.list_servers()[0],
             admin.list_all_workflows(kube) if workflows else [],
         )
     finally:

@@ -302,8 +302,24 @@ class KubeClient:
             return items, rv
         return self._list_all(WATCHED, self.namespace, WORKFLOWS, selector)
 
+    def _collection(self, namespace: str | None, plural: str) -> tuple[Any, tuple[Any, ...]]:
+        """The client call and its leading arguments that list (or watch) ``plural`` in
+        ``namespace``, or in every namespace for None."""
+        if namespace is None:
+            return self._custom.list_cluster_custom_object, (
+                DWS_GROUP,
+                self.versions.workflow,
+                plural,
+            )
+        return self._custom.list_namespaced_custom_object, (
+            DWS_GROUP,
+            self.versions.workflow,
+            namespace,
+            plural,
+        )
+
     def _list_all(
-        self, what: str, namespace: str, plural: str, selector: str | None
+        self, what: str, namespace: str | None, plural: str, selector: str | None
     ) -> tuple[list[dict], str]:
         restarts = 0
         while True:
@@ -331,20 +347,19 @@ class KubeClient:
                 )
 
     def _list_page(
-        self, limit: int, token: str | None, where: tuple[str, str, str, str | None]
+        self, limit: int, token: str | None, where: tuple[str, str | None, str, str | None]
     ) -> tuple[list[dict], str, str | None]:
-        """One page; ``where``: (what errors name, namespace, plural, label selector)."""
+        """One page; ``where``: (what errors name, namespace (None: every namespace), plural,
+        label selector)."""
         what, namespace, plural, selector = where
         extra = {"_continue": token} if token else {}
+        call, args = self._collection(namespace, plural)
         result = self.calls.call(
             "list",
             what,
-            namespace,
-            self._custom.list_namespaced_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            plural,
+            namespace or "*",
+            call,
+            *args,
             label_selector=selector,
             limit=limit,
             **extra,
@@ -508,20 +523,19 @@ class KubeClient:
         )
         return list(result.get("items") or [])
 
-    def list_servers(self) -> list[dict]:
+    def list_servers(self) -> tuple[list[dict], str]:
         """Every Servers resource, in every namespace: the capacity each rabbit's allocations
-        hold, persistent and system storage's included (flux_dws.core.rabbits)."""
-        result = self.calls.call(
-            "list",
-            "servers",
-            "*",
-            self._custom.list_cluster_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            SERVERS,
+        hold, persistent and system storage's included (flux_dws.core.rabbits), in pages, and
+        the list's resourceVersion (where a ServersWatch resumes)."""
+        return self._list_all("servers", None, SERVERS, None)
+
+    def open_servers_watch(
+        self, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> urllib3.HTTPResponse:
+        """Start one watch on every Servers, in every namespace; the raw response."""
+        return self._open_watch(
+            "servers", None, SERVERS, None, resource_version, timeout_seconds, read_timeout
         )
-        items = result.get("items") if isinstance(result, Mapping) else None
-        return [i for i in items or [] if isinstance(i, dict)]
 
     def read_servers(self, namespace: str, name: str) -> dict | None:
         return self._get(
@@ -652,7 +666,7 @@ class KubeClient:
     def _open_watch(
         self,
         what: str,
-        namespace: str,
+        namespace: str | None,
         plural: str,
         selector: str | None,
         resource_version: str,
@@ -660,12 +674,10 @@ class KubeClient:
         read_timeout: float,
     ) -> urllib3.HTTPResponse:
         self.calls.count("watch")
+        call, args = self._collection(namespace, plural)
         try:
-            return self._custom.list_namespaced_custom_object(
-                DWS_GROUP,
-                self.versions.workflow,
-                namespace,
-                plural,
+            return call(
+                *args,
                 label_selector=selector,
                 watch=True,
                 allow_watch_bookmarks=True,
@@ -675,9 +687,9 @@ class KubeClient:
                 _request_timeout=(self.timeout, read_timeout),
             )
         except ApiException as exc:
-            raise self.calls.api_error("watch", what, namespace, exc) from exc
+            raise self.calls.api_error("watch", what, namespace or "*", exc) from exc
         except TRANSPORT_ERRORS as exc:
-            raise transport_error("watch", what, namespace, exc) from exc
+            raise transport_error("watch", what, namespace or "*", exc) from exc
 
     # -- plumbing ------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 """ResourceWatch: one long-lived watch on a kind of resource, each change delivered once.
 
 WorkflowWatch follows this instance's workflows (the service's jobs), StorageWatch every
-rabbit's Storage (flux_dws.service.healthwatch).
+rabbit's Storage and ServersWatch every namespace's Servers (flux_dws.service.healthwatch).
 
 The existing Flux integration polls every 5 s and replays everything from version 0 after a
 410; this watch reacts within milliseconds of a change and, after a 410, re-lists once and
@@ -62,8 +62,16 @@ def _number(rv: str) -> int | None:
     return untrusted.decimal(rv)
 
 
+def qualified_name(obj: dict) -> str:
+    """``namespace/name``: what tells apart objects of a watch over every namespace."""
+    meta = obj.get("metadata") or {}
+    name = name_of(obj)
+    return f"{meta.get('namespace') or ''}/{name}" if name else ""
+
+
 class Delivered:
-    """What the service has been told, by workflow name; decides what to tell it next.
+    """What the service has been told, by object name (``key``: by namespace and name for
+    a watch over every namespace); decides what to tell it next.
 
     Pure bookkeeping (no I/O), so that replays, reconnects and re-lists can never make the
     service see one change twice, see an older state after a newer one, or miss a deletion.
@@ -72,9 +80,10 @@ class Delivered:
     a server use opaque ones, only exact repeats of an object's version are dropped.)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, key: Callable[[dict], str] = name_of) -> None:
         self.objects: dict[str, dict] = {}
         self._high: int | None = None
+        self._key = key
 
     def watch_event(self, kind: str, obj: dict) -> list[Delivery]:
         """Deliveries for one watch event: none if it replays a version already handled."""
@@ -83,7 +92,7 @@ class Delivered:
             if self._high is not None and rv <= self._high:
                 return []
             self._high = rv
-        name = name_of(obj)
+        name = self._key(obj)
         known = self.objects.get(name)
         if kind == DELETED:
             if known is None:
@@ -97,7 +106,7 @@ class Delivered:
     def relist(self, items: list[dict], resource_version: str) -> list[Delivery]:
         """Deliveries that bring the service from what it saw to ``items``, a list taken at
         ``resource_version``: what changed, appeared or disappeared meanwhile."""
-        fresh = {name_of(obj): obj for obj in items if name_of(obj)}
+        fresh = {self._key(obj): obj for obj in items if self._key(obj)}
         out: list[Delivery] = []
         for name in [n for n in self.objects if n not in fresh]:
             out.append((DELETED, self.objects.pop(name)))
@@ -150,6 +159,8 @@ class ResourceWatch:
     #: in logs and the thread's name ("workflow watch"), and what errors name
     kind = "resource"
     target = "resources"
+    #: what identifies one object among those delivered
+    key: Callable[[dict], str] = staticmethod(name_of)
 
     def __init__(
         self,
@@ -172,7 +183,7 @@ class ResourceWatch:
         self._backoff_base = backoff_base
         self._watch_timeout = watch_timeout
         self._read_margin = read_margin
-        self._delivered = Delivered()
+        self._delivered = Delivered(self.key)
         self._rv: str | None = None
         self._connected: bool | None = None
         self._failures = 0  # consecutive failed attempts since the last connection; backoff
@@ -383,3 +394,15 @@ class PersistentWatch(ResourceWatch):
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
         return client.list_persistent, client.open_persistent_watch
+
+
+class ServersWatch(ResourceWatch):
+    """Every Servers resource, in every namespace: the capacity each rabbit's allocations
+    hold, for health's capacity-drift comparison without a list per pass."""
+
+    kind = "servers"
+    target = "servers"
+    key = staticmethod(qualified_name)
+
+    def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
+        return client.list_servers, client.open_servers_watch

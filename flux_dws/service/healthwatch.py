@@ -2,14 +2,14 @@
 """The health monitor: compare rabbits with Flux and act, on every Storage change and every
 ``[dws] health-interval``.
 
-Storage is watched (flux_dws.k8s.watch.StorageWatch: one list, then a watch, as for the
-workflows), so a rabbit that goes down starts a pass at once and no Storage is listed in steady
-state.  One pass reads Flux's drain state (resource.status), then on a worker thread the
-SystemConfiguration, the SystemStatus and every Servers resource; flux_dws.core.health decides
+Storage and Servers are watched (flux_dws.k8s.watch.StorageWatch and ServersWatch: one list
+each, then a watch, as for the workflows), so a rabbit that goes down starts a pass at once and
+neither is listed in steady state.  One pass reads Flux's drain state (resource.status), then on
+a worker thread the SystemConfiguration and the SystemStatus; flux_dws.core.health decides
 from the watched Storages; this module drains and undrains through flux_dws.flux.resource, marks
 down rabbits' ssd pools in Fluxion, and writes only the SystemStatus entries that changed.  Each
-pass also compares each rabbit's free space (from the watched Storage) with what the Servers
-explain (flux_dws.core.health.capacity_drifts): a rabbit missing more than ``[dws]
+pass also compares each rabbit's free space (from the watched Storage) with what the watched
+Servers explain (flux_dws.core.health.capacity_drifts): a rabbit missing more than ``[dws]
 capacity-drift`` is logged, counted in ``report()`` (shown by `flux dws status`) and has that
 much of its pool kept down in Fluxion until it is explained.  Each pass is a full comparison
 (level-triggered), and one runs every ``health-interval`` even when nothing was seen to change,
@@ -32,7 +32,7 @@ from flux_dws.core.policy import Policy
 from flux_dws.core.storage import rabbit_map
 from flux_dws.flux.resource import NodeControl, NodeStatus
 from flux_dws.k8s import KubeClient, KubeWorker
-from flux_dws.k8s.watch import DELETED, StorageWatch
+from flux_dws.k8s.watch import DELETED, ServersWatch, StorageWatch, qualified_name
 
 log = logging.getLogger("flux-dws")
 
@@ -69,7 +69,7 @@ class HealthMonitor:
         self.worker = worker
         self.kube = kube
         self.nodes = nodes
-        self.passes = 0  # completed passes (tests wait on this)
+        self.passes = 0  # completed passes (in report(): `flux dws status --json`, tests)
         self.last_plan: health.DrainPlan | None = None
         self.last_error: str | None = None
         self._down: dict[str, str] = {}  # rabbit -> why, as last logged / marked in Fluxion
@@ -82,21 +82,35 @@ class HealthMonitor:
         self._stopped = False
         self._rabbits: dict[str, health.Rabbit] = {}  # Storage name -> as last seen
         self._storages: dict[str, dict] = {}  # Storage name -> the object (capacity drift)
-        self._listed = False  # the watch has listed every Storage once: passes may run
-        self._watch = StorageWatch(
-            kube,
-            lambda kind, obj: loop.call_soon(self._storage_event, kind, obj),
-            on_listed=lambda: loop.call_soon(self._storages_listed),
+        self._servers: dict[str, dict] = {}  # namespace/name -> every Servers (capacity drift)
+        self._listed: set[str] = set()  # watches that listed once; passes run after both
+        self._watches = (
+            StorageWatch(
+                kube,
+                lambda kind, obj: loop.call_soon(self._storage_event, kind, obj),
+                on_listed=lambda: loop.call_soon(self._watch_listed, "storage"),
+            ),
+            ServersWatch(
+                kube,
+                lambda kind, obj: loop.call_soon(self._servers_event, kind, obj),
+                on_listed=lambda: loop.call_soon(self._watch_listed, "servers"),
+            ),
         )
 
+    @property
+    def _ready(self) -> bool:
+        return len(self._listed) == len(self._watches)
+
     def start(self) -> None:
-        self._watch.start()  # the first pass runs once it has listed every Storage
+        for watch in self._watches:  # the first pass runs once both have listed
+            watch.start()
 
     def stop(self) -> None:
         self._stopped = True
         if self._timer:
             self._timer.cancel()
-        self._watch.stop()
+        for watch in self._watches:
+            watch.stop()
 
     def _storage_event(self, kind: str, obj: dict) -> None:
         """A Storage changed: a pass at once if what health reads of it changed."""
@@ -110,19 +124,28 @@ class HealthMonitor:
             changed = self._rabbits.get(rabbit.name) != rabbit
             self._rabbits[rabbit.name] = rabbit
             self._storages[rabbit.name] = obj  # free space changes start no pass of their own
-        if changed and self._listed:
+        if changed and self._ready:
             self.poke()
 
-    def _storages_listed(self) -> None:
-        first = not self._listed
-        self._listed = True
-        if first:
+    def _servers_event(self, kind: str, obj: dict) -> None:
+        """A Servers changed: kept for the next pass's drift comparison (starts no pass, as
+        free space changes start none)."""
+        key = qualified_name(obj)
+        if kind == DELETED:
+            self._servers.pop(key, None)
+        elif key:
+            self._servers[key] = obj
+
+    def _watch_listed(self, which: str) -> None:
+        was = self._ready
+        self._listed.add(which)
+        if self._ready and not was:
             self.poke()
 
     def poke(self) -> None:
         """Run a pass now (or right after the one in flight)."""
-        if self._stopped or not self._listed:
-            return  # before the first list: the first pass follows it
+        if self._stopped or not self._ready:
+            return  # before the first lists: the first pass follows them
         if self._running:
             self._again = True
             return
@@ -156,13 +179,12 @@ class HealthMonitor:
             return
 
         rabbits = tuple(self._rabbits.values())  # as watched, taken on the loop's thread
-        storages = tuple(self._storages.values())
+        drifts = health.capacity_drifts(
+            self._storages.values(), self._servers.values(), self.policy.capacity_drift
+        )
 
         def read() -> Observed:
             served = rabbit_map(self.kube.read_system_configuration())
-            drifts = health.capacity_drifts(
-                storages, self.kube.list_servers(), self.policy.capacity_drift
-            )
             return Observed(rabbits, served, self.kube.read_system_status(), drifts)
 
         def finished(result: Observed | None, exc: BaseException | None) -> None:
@@ -267,6 +289,7 @@ class HealthMonitor:
             "down": dict(self._down),
             "drift": {rabbit: d.to_json() for rabbit, d in sorted(self.drifts.items())},
             "drained": dict(sorted(self.drained.items())),
+            "passes": self.passes,
         }
 
     def _report_rabbits(self, down: Mapping[str, str], known: set[str]) -> None:

@@ -410,6 +410,14 @@ class Stack:
         assert self.api is not None
         set_rabbit_status(self.api.store, rabbit, status, **kw)
 
+    def health_passes(self) -> int:
+        """Health passes the service has completed, as its last heartbeat reported them to the
+        dws plugin (-1 before any report): the same on fakeflux and on real Flux."""
+        service = self.flux.dws_list().get("service") or {}
+        report = (service.get("active") or {}).get("report") or {}
+        passes = (report.get("rabbits") or {}).get("passes")
+        return passes if isinstance(passes, int) else -1
+
     def workflows(self) -> list[dict[str, Any]]:
         """This instance's workflows still in the API server."""
         if self.api is None:  # kubeapi is in a process of its own: ask it over HTTP
