@@ -77,6 +77,10 @@ def test_drift_is_a_shortfall_beyond_the_threshold():
     assert drifts["rabbit-0"].missing == 100 * GIB
     # a Servers not yet allocated (more free than expected) is no alarm
     assert capacity_drifts([_storage("rabbit-0", 1000 * GIB, 1000 * GIB)], servers, 0) == {}
+    # a rabbit that is down reports nothing free: no alarm (its whole pool is down anyway)
+    offline = _storage("rabbit-1", 1000 * GIB, 0)
+    offline["status"]["status"] = "Offline"
+    assert capacity_drifts([offline], [], 0) == {}
     # malformed Storage: skipped
     assert capacity_drifts([{"metadata": {"name": "r"}, "status": {"capacity": "x"}}], [], 0) == {}
 

@@ -509,7 +509,9 @@ def capacity_drifts(
 
     Only a shortfall counts: a Servers written but not yet allocated (a job between Proposal
     and Setup) makes ``expected`` lower than ``free`` for a moment, which is no alarm.  A
-    Storage without devices or without a byte count in ``status.capacity`` is skipped.
+    Storage without devices or without a byte count in ``status.capacity`` is skipped, and so
+    is a rabbit that is down or not reported yet (``Rabbit.down``): its free figure is not
+    what it has (an Offline rabbit reports 0), and its whole pool is down in Fluxion anyway.
     """
     held: dict[str, int] = {}
     for obj in servers:
@@ -521,7 +523,7 @@ def capacity_drifts(
         status = untrusted.mapping(untrusted.mapping(obj).get("status"))
         total = device_capacity(status)
         free = untrusted.integer(status.get("capacity"), 0)
-        if rabbit is None or total is None or free is None:
+        if rabbit is None or rabbit.down or total is None or free is None:
             continue
         drift = Drift(rabbit.name, total, total - held.get(rabbit.name, 0), free)
         if drift.missing > threshold:
