@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from flux_dws.base.hostlist import encode_hostlist, expand_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.cli import main
-from flux_dws.core.rabbits import servers_held
+from flux_dws.core.rabbits import rabbit_inventory, servers_held
 from flux_dws.core.rabbitview import rabbit_rows
 from flux_dws.testing.dwssim import seed
 
@@ -36,10 +36,13 @@ def test_the_saved_system_reads_as_the_admin_expects() -> None:
     code, out, err = run("--from-file", str(SAVED))
     assert code == 0, err
     assert out.splitlines() == [
-        "NAME         STATE    STATUS        TOTAL ALLOCATED PERSISTENT     FREE NODES",
-        "rabbit-1     Enabled  Ready          4TiB    400GiB      64GiB   3.5TiB compute-[01-04]",
-        "rabbit-2     Enabled  Ready          4TiB         0     1.1TiB   2.9TiB compute-[05-08]",
-        "rabbit-3     Disabled Offline        4TiB         0          0        0 compute-[09-12]",
+        "NAME         STATE    STATUS        TOTAL ALLOCATED PERSISTENT     FREE    DRIFT NODES",
+        "rabbit-1     Enabled  Ready          4TiB    400GiB      64GiB   3.5TiB        - "
+        "compute-[01-04]",
+        "rabbit-2     Enabled  Ready          4TiB         0     1.1TiB   2.9TiB        - "
+        "compute-[05-08]",
+        "rabbit-3     Disabled Offline        4TiB         0          0        0        - "
+        "compute-[09-12]",
     ]
 
 
@@ -106,6 +109,34 @@ def test_a_saved_file_without_rabbits_is_one_line(tmp_path: Path) -> None:
     assert err == ("flux-dws rabbits: the saved file holds no SystemConfiguration and no Storage\n")
 
 
+def test_the_total_is_the_one_device_sum_and_drives_all_at_0_fall_back_as_in_the_graph():
+    """rabbitview sums the drives with core.rabbits.device_capacity, as the graph does: when
+    every drive reports 0 (nnf-sos's figure for a drive that is not Ready) there is no
+    device total, and status.capacity is the total, as rabbit-graph sizes the pool."""
+    config = {"spec": {"storageNodes": [{"name": "r", "computesAccess": [{"name": "c1"}]}]}}
+
+    def storage(status: str, devices: list[int], capacity: int) -> dict:
+        return {
+            "metadata": {"name": "r"},
+            "status": {
+                "status": status,
+                "capacity": capacity,
+                "devices": [{"capacity": size} for size in devices],
+            },
+        }
+
+    def view(obj: dict) -> tuple[int, int]:
+        (row,) = rabbit_rows(config, [obj])
+        return row.total, row.free
+
+    assert view(storage("Ready", [4 * GIB, 6 * GIB], 7 * GIB)) == (10 * GIB, 7 * GIB)
+    zeros = storage("Ready", [0, 0], 5 * GIB)
+    assert view(zeros) == (5 * GIB, 5 * GIB)
+    assert rabbit_inventory(config, [zeros])["r"].gib == 5  # the graph: the same figure
+    assert view(storage("Offline", [0, 0], 5 * GIB)) == (5 * GIB, 0)
+    assert view(storage("Offline", [3 * GIB, 0], 0)) == (3 * GIB, 0)
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -168,3 +199,36 @@ def test_live_api_through_kubeapi(kubeapi) -> None:
         "free": 8 * GIB,
     }
     assert rows["rabbit-b"]["free"] == 20 * GIB
+
+
+def test_live_api_shows_the_capacity_drift_alarm(kubeapi, tmp_path: Path) -> None:
+    """A rabbit with less free than its Servers explain: DRIFT shows what the service alarms
+    (core.health.capacity_drifts), against --capacity-drift or the config's [dws] key."""
+    seed(kubeapi.store, rabbits={"rabbit-a": ["c1"], "rabbit-b": ["c2"]}, capacity=100 * GIB)
+    storage = kubeapi.store.get("storages", "default", "rabbit-a")
+    storage["status"]["capacity"] = 70 * GIB  # 30 GiB gone, and no Servers holds any
+    kubeapi.store.replace("storages", "default", "rabbit-a", storage)
+    live = ("--kubeconfig", kubeapi.kubeconfig)
+    code, out, err = run(*live, "--json")  # the default threshold, 64 GiB: no alarm
+    assert code == 0, err
+    assert [r["drift"] for r in json.loads(out)] == [None, None]
+    code, out, err = run(*live, "--json", "--capacity-drift", "8GiB")
+    assert code == 0, err
+    drift = {r["name"]: r["drift"] for r in json.loads(out)}
+    assert drift["rabbit-a"] == {
+        "total": 100 * GIB,
+        "expected": 100 * GIB,
+        "free": 70 * GIB,
+        "missing": 30 * GIB,
+    }
+    assert drift["rabbit-b"] is None
+    (tmp_path / "dws.toml").write_text('[dws]\ncapacity-drift = "16GiB"\n')
+    code, out, err = run(*live, "--config", str(tmp_path / "dws.toml"), "-o", "{name} {drift}")
+    assert code == 0, err
+    assert out.splitlines() == ["NAME DRIFT", "rabbit-a 30GiB", "rabbit-b -"]
+    code, _, err = run(*live, "--capacity-drift", "lots")
+    assert (code, err) == (
+        1,
+        "flux-dws rabbits: --capacity-drift: [dws] capacity-drift: size 'lots' is not a size"
+        " (e.g. 10GiB, 100GB)\n",
+    )

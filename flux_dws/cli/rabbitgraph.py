@@ -128,18 +128,25 @@ def live_objects(
 SYSTEM_CONFIG = "/etc/flux/system/conf.d"
 
 
-def _exclude(args: argparse.Namespace) -> str | None:
-    """``--exclude``, else ``[resource] exclude`` of the instance's config (never FLUX_URI:
-    rabbit-graph runs before the instance it makes R for)."""
-    if args.exclude is not None:
-        return args.exclude
-    path = args.config or (SYSTEM_CONFIG if os.path.isdir(SYSTEM_CONFIG) else None)
+def instance_config(path: str | None) -> tuple[str | None, dict[str, Any]]:
+    """(where it was read, the instance's config): from ``path`` (``--config``), else the
+    system instance's directory when it exists, else nothing (never FLUX_URI: rabbit-graph
+    runs before the instance it makes R for)."""
+    path = path or (SYSTEM_CONFIG if os.path.isdir(SYSTEM_CONFIG) else None)
     if path is None:
-        return None
+        return None, {}
     try:
-        value = untrusted.mapping(load_config(path).get("resource")).get("exclude")
+        return path, load_config(path)
     except PolicyError as exc:
         raise SourceError(str(exc)) from None
+
+
+def _exclude(args: argparse.Namespace) -> str | None:
+    """``--exclude``, else ``[resource] exclude`` of the instance's config."""
+    if args.exclude is not None:
+        return args.exclude
+    path, config = instance_config(args.config)
+    value = untrusted.mapping(config.get("resource")).get("exclude")
     if value is not None and not isinstance(value, str):
         raise SourceError(f"{path}: resource.exclude is not a string")
     return value

@@ -5,7 +5,8 @@ Reads DWS's objects from the live Kubernetes API or from a JSON file an admin sa
 (``kubectl get systemconfigurations,storages,servers,workflows -A -o json``), as
 ``flux dws rabbit-graph`` does, and shows them through flux_dws.core.rabbitview.  ``-j JOBID``
 narrows to the rabbits a job's workflow got (its Servers), ``-n HOST`` to the rabbit serving
-a node.
+a node.  DRIFT is the service's capacity-drift alarm, against ``[dws] capacity-drift`` of the
+instance's config (``--config``, as rabbit-graph reads it) or ``--capacity-drift``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, parse_jobid
 from flux_dws.base.sizes import show_bytes
-from flux_dws.cli.rabbitgraph import read_json
+from flux_dws.cli.rabbitgraph import instance_config, read_json
 from flux_dws.cli.render import Column, dumps, format_table
 from flux_dws.core.identity import JOBID_LABEL
+from flux_dws.core.policy import policy_from_table
 from flux_dws.core.rabbitview import RabbitRow, job_allocation, rabbit_rows, serving
 
 #: The fields ``flux dws rabbits -o`` knows.
@@ -37,16 +40,19 @@ RABBIT_FIELDS: Mapping[str, Column] = {
     "persistent": Column("PERSISTENT", "held by persistent and system storage"),
     "free": Column("FREE", "still free"),
     "reasons": Column("REASONS", "why it is disabled or drained, and DWS's message"),
+    "drift": Column(
+        "DRIFT", "how much less free than its Servers explain, past [dws] capacity-drift"
+    ),
     "allocation": Column("JOB-ALLOC", "with -j: what the job holds on it"),
 }
 RABBIT_FORMATS: Mapping[str, str] = {
     "default": (
         "{name:<12} {state:<8} {status:<10} {total:>8} {allocated:>9} {persistent:>10}"
-        " {free:>8} {nodes}"
+        " {free:>8} {drift:>8} {nodes}"
     ),
     "long": (
         "{name:<12} {state:<8} {status:<10} {total:>8} {allocated:>9} {persistent:>10}"
-        " {free:>8} {nodes:<20} {reasons}"
+        " {free:>8} {drift:>8} {nodes:<20} {reasons}"
     ),
     "job": "{name:<12} {status:<10} {allocation:>9} {free:>8} {nodes}",
     "down": "{name:<12} {state:<8} {status:<10} {nodes:<20} {reasons}",
@@ -79,6 +85,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "workflows -A -o json) instead of the live API",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the instance's config file or directory, for [dws] capacity-drift "
+        "(default: /etc/flux/system/conf.d when it exists)",
+    )
+    parser.add_argument(
+        "--capacity-drift",
+        metavar="SIZE",
+        help="alarm a rabbit missing more than this (default: the config's, else 64GiB)",
+    )
+
+
+def drift_threshold(args: argparse.Namespace) -> int:
+    """``--capacity-drift``, else ``[dws] capacity-drift`` of the instance's config, else the
+    default; read by the service's own rules (flux_dws.core.policy)."""
+    if args.capacity_drift is not None:
+        table: Any = {"capacity-drift": args.capacity_drift}
+        where = "--capacity-drift"
+    else:
+        where, config = instance_config(args.config)
+        dws = untrusted.mapping(config.get("dws"))
+        table = {"capacity-drift": dws["capacity-drift"]} if "capacity-drift" in dws else {}
+    try:
+        return policy_from_table(table).capacity_drift
+    except DwsError as exc:
+        raise DwsError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -151,10 +184,15 @@ def job_workflows(workflows: Sequence[Mapping[str, Any]], jobid: int) -> list[st
 
 
 def select(
-    objects: Objects, *, jobid: int | None = None, node: str | None = None
+    objects: Objects,
+    *,
+    jobid: int | None = None,
+    node: str | None = None,
+    drift_threshold: int | None = None,
 ) -> tuple[list[RabbitRow], dict[str, int]]:
     """The rows to show and, with ``jobid``, rabbit -> the job's bytes on it."""
-    rows = rabbit_rows(objects.config, objects.storages, objects.servers)
+    extra = {} if drift_threshold is None else {"drift_threshold": drift_threshold}
+    rows = rabbit_rows(objects.config, objects.storages, objects.servers, **extra)
     allocation: dict[str, int] = {}
     if jobid is not None:
         names = job_workflows(objects.workflows, jobid)
@@ -186,6 +224,7 @@ def record(row: RabbitRow, allocation: Mapping[str, int]) -> dict[str, Any]:
         "persistent": show_bytes(row.persistent),
         "free": show_bytes(row.free),
         "reasons": "; ".join(row.reasons),
+        "drift": show_bytes(row.drift.missing) if row.drift else "-",
         "allocation": show_bytes(allocation.get(row.name, 0)),
     }
 
@@ -205,6 +244,8 @@ def as_json(row: RabbitRow, allocation: Mapping[str, int] | None) -> dict[str, A
             "free": row.free,
         },
         "reasons": list(row.reasons),
+        # the alarm, as the service raises it: {total, expected, free} bytes, or null
+        "drift": {**row.drift.to_json(), "missing": row.drift.missing} if row.drift else None,
     }
     if allocation is not None:
         out["allocation"] = allocation.get(row.name, 0)
@@ -217,7 +258,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         objects = split_saved(read_json(args.from_file, "saved resources", sys.stdin))
     else:
         objects = live_objects(args.kubeconfig, workflows=jobid is not None)
-    rows, allocation = select(objects, jobid=jobid, node=args.node)
+    rows, allocation = select(
+        objects, jobid=jobid, node=args.node, drift_threshold=drift_threshold(args)
+    )
     if args.states:
         wanted = {s.strip().lower() for s in args.states.split(",") if s.strip()}
         rows = [r for r in rows if r.status.lower() in wanted or r.state.lower() in wanted]

@@ -8,9 +8,15 @@ PersistentStorageInstance owns are persistent storage (dws-api.md section 7).
 
 Capacity, as nnf-sos reports it: ``status.capacity`` is what is still free and the devices'
 capacities add up to the total; what is neither free nor a job's is persistent or system
-storage (NnfSystemStorage).  A Storage without devices (the simulator's) reports its total in
-``status.capacity``; free is then what the Servers leave of it.  A rabbit that is not Ready
-has nothing free.
+storage (NnfSystemStorage).  The total is flux_dws.core.rabbits.device_capacity, the one sum
+the graph and the service use too; a Storage without a device figure (none listed, or every
+drive reporting 0, as nnf-sos writes for drives that are not Ready) has only
+``status.capacity`` as its total, as in the graph; free is then what the Servers leave of it.
+A rabbit that is not Ready has nothing free.
+
+DRIFT is the service's capacity-drift alarm (``[dws] capacity-drift``), the same pure
+computation (flux_dws.core.health.capacity_drifts): how much less free a rabbit has than its
+Servers explain, when that is more than the threshold.
 
 Everything here is untrusted input: a malformed field reads as absent, never as an error, so
 one bad object cannot hide the other rabbits.
@@ -19,12 +25,14 @@ one bad object cannot hide the other rabbits.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.hostlist import encode_hostlist
-from flux_dws.core.rabbits import servers_held
+from flux_dws.core.health import Drift, capacity_drifts
+from flux_dws.core.policy import Policy
+from flux_dws.core.rabbits import device_capacity, servers_held
 
 OWNER_KIND = "dataworkflowservices.github.io/owner.kind"
 OWNER_NAME = "dataworkflowservices.github.io/owner.name"
@@ -50,6 +58,7 @@ class RabbitRow:
     reasons: tuple[str, ...] = ()
     #: workflow (or persistent storage) name -> bytes it holds here
     holders: Mapping[str, int] = field(default_factory=dict)
+    drift: Drift | None = None  # less free than its Servers explain, past the threshold
 
     @property
     def hostlist(self) -> str:
@@ -102,8 +111,11 @@ def rabbit_rows(
     system_configuration: Mapping[str, Any] | None,
     storages: Iterable[Mapping[str, Any]],
     servers: Iterable[Mapping[str, Any]] = (),
+    drift_threshold: int = Policy.capacity_drift,
 ) -> list[RabbitRow]:
-    """Every rabbit the SystemConfiguration names (and any other Storage), sorted by name."""
+    """Every rabbit the SystemConfiguration names (and any other Storage), sorted by name;
+    ``drift_threshold``: ``[dws] capacity-drift``, in bytes."""
+    storages, servers = list(storages), list(servers)
     spec = untrusted.mapping(untrusted.mapping(system_configuration).get("spec"))
     computes: dict[str, list[str]] = {}
     for node in untrusted.sequence(spec.get("storageNodes")):
@@ -124,11 +136,14 @@ def rabbit_rows(
         for rabbit, size in servers_held(obj).items():
             spot = held.setdefault(rabbit, {})
             spot[owner] = spot.get(owner, 0) + size
-    rows = [
-        _row(name, computes.get(name, []), by_name.get(name), held.get(name, {}))
+    drifts = capacity_drifts(storages, servers, drift_threshold)
+    return [
+        replace(
+            _row(name, computes.get(name, []), by_name.get(name), held.get(name, {})),
+            drift=drifts.get(name),
+        )
         for name in sorted(set(computes) | set(by_name))
     ]
-    return rows
 
 
 def _row(
@@ -147,13 +162,13 @@ def _row(
     state = "Disabled" if spec.get("state") == "Disabled" else "Enabled"
     health = status.get("status")
     health = untrusted.field(health, 32) if isinstance(health, str) and health else "Unknown"
-    devices = [untrusted.mapping(d) for d in untrusted.sequence(status.get("devices"))]
+    devices = device_capacity(status)
     reported = _bytes(status.get("capacity"))
     if health != READY:  # what it reports is not there to be used; nothing is free
-        total = sum(_bytes(d.get("capacity")) for d in devices) if devices else reported
+        total = reported if devices is None else devices
         persistent, free = persistent_known, 0
-    elif devices:
-        total = sum(_bytes(d.get("capacity")) for d in devices)
+    elif devices is not None:
+        total = devices
         free = min(reported, total)
         persistent = max(0, total - free - jobs)
     else:
