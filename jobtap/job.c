@@ -285,6 +285,9 @@ struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
                              json_deep_copy (value));
     if ((value = json_object_get (system, "dw_release")))
         json_object_set_new (st->attributes, "dw_release", json_deep_copy (value));
+    /* the job's own constraints, which [dws] soft-drain extends at the release */
+    if ((value = json_object_get (system, "constraints")))
+        json_object_set_new (st->attributes, "constraints", json_deep_copy (value));
 
     /* Keep ctx->jobs sorted by id, so snapshots list jobs in submit order. */
     link = &ctx->jobs;

@@ -24,6 +24,7 @@ from typing import Any, Union
 
 from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
+from flux_dws.core import softdrain
 from flux_dws.core.copies import pending_copies
 from flux_dws.core.health import (
     FENCED,
@@ -111,6 +112,7 @@ class JobView:
     hosts: tuple[str, ...] = ()  # compute nodes, once allocated
     rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) Fluxion allocated, if it did
     resources: Any = None  # the jobspec's resources (updates included)
+    constraints: Any = None  # attributes.system.constraints as submitted (RFC 31), if any
     started: bool = False  # the job's tasks were started
     exception: JobException | None = None  # first fatal exception, from anyone
     # recorded by flux-dws as job events (so they survive a restart of the service):
@@ -519,6 +521,8 @@ def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
         )
     except StorageError as exc:
         return _fail(job, f"cannot schedule the job's storage: {exc}")
+    if policy.soft_drain:  # keep off the nodes marked badrabbit (flux_dws.core.softdrain)
+        update[softdrain.CONSTRAINTS_KEY] = softdrain.with_avoid(job.constraints)
     return [ReleaseDependency(update)]
 
 

@@ -109,6 +109,9 @@ class Policy:
     # drain nodes whose rabbit or rabbit link is down: off, as Fluxion rejects any queued job
     # larger than the nodes left up (the down rabbit's pool is marked down instead)
     drain_compute_nodes: bool = False
+    # mark those nodes with Fluxion's badrabbit property instead, and keep #DW jobs off them
+    # (flux-coral2's soft drain; flux_dws.core.softdrain)
+    soft_drain: bool = False
     drain_on_teardown_failure: bool = True  # drain a job's nodes when its Teardown fails
     health_interval: float = 30.0  # how often Storage, drains and SystemStatus are compared
     capacity_drift: int = 64 * 2**30  # bytes a rabbit may miss before its pool is held down
@@ -395,6 +398,7 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "max-proposals": ("max_proposals", _count),
     "api-threads": ("api_threads", partial(_count, least=2)),
     "drain-compute-nodes": ("drain_compute_nodes", _boolean),
+    "soft-drain": ("soft_drain", _boolean),
     "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
     "health-interval": ("health_interval", _interval),
     "capacity-drift": ("capacity_drift", _size_or_zero),

@@ -490,6 +490,12 @@ def ssd_parts(R: Any) -> dict[str, tuple[tuple[str, int], ...]]:
     return {rabbit: tuple(sorted(parts)) for rabbit, parts in found.items()}
 
 
+def node_paths(R: Any) -> dict[str, str]:
+    """Host -> containment path of its ``node`` vertex in R's scheduling JGF (where Fluxion
+    sets a node's properties)."""
+    return {v.name: v.path for v in _jgf_vertices(R) or [] if v.type == "node"}
+
+
 def parts_to_hold(parts: Sequence[tuple[str, int]], hold: int) -> tuple[str, ...]:
     """The paths of the fewest parts, taken from the end, whose GiB cover ``hold`` bytes
     (every part when they do not): what to mark down so Fluxion cannot hand out capacity the
@@ -517,6 +523,7 @@ __all__ = [
     "allocated_rabbits",
     "device_capacity",
     "excluded_hosts",
+    "node_paths",
     "outside_allocations",
     "parts_to_hold",
     "rabbit_inventory",

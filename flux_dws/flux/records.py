@@ -62,6 +62,7 @@ def job_view(
         hosts=tuple(record.get("hosts") or ()),
         rabbits=_rabbits(record.get("rabbits")),
         resources=record.get("resources"),
+        constraints=untrusted.mapping(record.get("attributes")).get("constraints"),
         started=bool(record.get("started")),
         exception=_exception(record.get("exception")),
         workflow_created="dws-workflow" in dws,

@@ -9,7 +9,10 @@ require.  Fluxion, when loaded, takes ``sched-fluxion-resource.set_status`` to m
 a rabbit's ssd vertices up or down; their paths come from the rabbit-aware JGF in R's
 ``scheduling`` key (flux_dws.core.rabbits.resource_graph: ``/<cluster>/<rabbit>/ssd<N>``), which
 ``resource.status`` leaves out of its R, so they are asked of Fluxion itself
-(``sched-fluxion-resource.find``, every vertex, as JGF) the first time they are needed.
+(``sched-fluxion-resource.find``, every vertex, as JGF) the first time they are needed.  With
+``[dws] soft-drain``, ``sched-fluxion-resource.set_property`` / ``remove_property`` put and
+take flux-coral2's ``badrabbit`` property on compute node vertices (flux_dws.core.softdrain),
+whose paths come from the same graph.
 
 Drains are keyed by rank (NodeStatus), and drained and undrained by rank (an RFC 22 idset as
 targets), never by a hostname that several ranks may share.
@@ -30,7 +33,8 @@ from typing import Any, Optional, Protocol
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.hostlist import expand_idset
-from flux_dws.core.rabbits import parts_to_hold, ssd_parts
+from flux_dws.core.rabbits import node_paths, parts_to_hold, ssd_parts
+from flux_dws.core.softdrain import BADRABBIT, BADRABBIT_VALUE
 
 log = logging.getLogger("flux-dws")
 
@@ -113,6 +117,10 @@ class NodeControl(Protocol):
         """Mark a released job's ssd vertices down (``hold``) until its Teardown is done, or
         up again after (those its rabbit keeps down, marked down or for drift, stay down)."""
 
+    def mark_nodes(self, hosts: Sequence[str], bad: bool, on_done: Done) -> None:
+        """Set (``bad``) or remove the ``badrabbit`` property on these compute nodes in
+        Fluxion (soft drain); nothing to do, and no error, without Fluxion."""
+
 
 def parse_resource_status(
     response: Mapping[str, Any], expand: Callable[[Iterable[str]], list[str]]
@@ -146,6 +154,8 @@ class FluxNodes:
         self._unplaced: set[str] = set()
         self._held: set[str] = set()  # ssd paths held for released jobs (core.release)
         self._kept: dict[str, frozenset[str]] = {}  # rabbit -> paths its marking keeps down
+        self._nodes: Mapping[str, str] = {}  # host -> its node vertex's path (soft drain)
+        self._pathless: set[str] = set()  # hosts without a node vertex, logged once
 
     def _rpc(self, topic: str, payload: Mapping[str, Any], then: Callable[[Any], None]) -> None:
         self.handle.rpc(topic, dict(payload), nodeid=0).then(lambda f: then(f))
@@ -207,7 +217,9 @@ class FluxNodes:
             elif error is not None:
                 log.warning("reading Fluxion's graph for rabbit pools failed: %s", error)
             elif isinstance(response, Mapping):
-                self._parts = ssd_parts({"scheduling": response.get("R")}) or self._parts
+                graph = {"scheduling": response.get("R")}
+                self._parts = ssd_parts(graph) or self._parts
+                self._nodes = node_paths(graph) or self._nodes
             then()
 
         payload = {"criteria": "status=up or status=down", "format": "jgf"}
@@ -242,6 +254,38 @@ class FluxNodes:
         kept = self._kept.get
         free = {p: True for p in paths if p not in kept(rabbit(posixpath.dirname(p)), ())}
         self._set_status(free, on_done)
+
+    def mark_nodes(self, hosts: Sequence[str], bad: bool, on_done: Done) -> None:
+        if not self._nodes and not self._asked_fluxion and self._fluxion is not False:
+            self._read_fluxion_graph(lambda: self.mark_nodes(hosts, bad, on_done))
+            return
+        paths = [self._nodes[h] for h in hosts if h in self._nodes]
+        missing = sorted(set(hosts) - set(self._nodes) - self._pathless)
+        if missing and self._fluxion is not False:
+            self._pathless.update(missing)
+            log.info("no node vertex in Fluxion's graph for %s: not marked", ",".join(missing))
+        if self._fluxion is False or not paths:
+            on_done(None)
+            return
+        if bad:
+            topic = "sched-fluxion-resource.set_property"
+            payload: dict[str, Any] = {
+                "sp_resource_path": paths,
+                "sp_keyval": f"{BADRABBIT}={BADRABBIT_VALUE}",
+            }
+        else:
+            topic = "sched-fluxion-resource.remove_property"
+            payload = {"resource_path": paths, "key": BADRABBIT}
+
+        def answered(future: Any) -> None:
+            _, error, errnum = self._error(future)
+            if errnum == errno.ENOSYS:
+                self._fluxion = False
+                log.info("sched-fluxion-resource is not loaded: nodes are not marked %s", BADRABBIT)
+                error = None
+            on_done(None if error is None else f"{topic}: {error}")
+
+        self._rpc(topic, payload, answered)
 
     def _set_status(self, wanted: Mapping[str, bool], on_done: Done) -> None:
         """``sched-fluxion-resource.set_status`` for each path (up if True, else down); one

@@ -11,7 +11,10 @@ down rabbits' ssd pools in Fluxion, and writes only the SystemStatus entries tha
 pass also compares each rabbit's free space (from the watched Storage) with what the watched
 Servers explain (flux_dws.core.health.capacity_drifts): a rabbit missing more than ``[dws]
 capacity-drift`` is logged, counted in ``report()`` (shown by `flux dws status`) and has that
-much of its pool kept down in Fluxion until it is explained.  Each pass is a full comparison
+much of its pool kept down in Fluxion until it is explained.  With ``[dws] soft-drain`` the
+nodes a rabbit drain would take (its rabbit, or their link to it, down) get Fluxion's
+``badrabbit`` property instead, and lose it when their rabbit is Ready
+(flux_dws.core.softdrain).  Each pass is a full comparison
 (level-triggered), and one runs every ``health-interval`` even when nothing was seen to change,
 so a restarted service (or a missed change) converges on the next pass, and a pass that fails
 is simply repeated on the next one.  Passes never overlap.
@@ -27,7 +30,7 @@ from typing import Any, Callable
 from flux_dws.base.hostlist import encode_idset
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.base.untrusted import readable
-from flux_dws.core import health
+from flux_dws.core import health, softdrain
 from flux_dws.core.policy import Policy
 from flux_dws.core.storage import rabbit_map
 from flux_dws.flux.resource import NodeControl, NodeStatus
@@ -75,6 +78,7 @@ class HealthMonitor:
         self._down: dict[str, str] = {}  # rabbit -> why, as last logged / marked in Fluxion
         self.drained: dict[str, str] = {}  # Flux's drained hosts -> reason, last pass
         self._marked: set[str] = set()  # rabbits whose pool state Fluxion holds as we want
+        self.badrabbit: set[str] | None = None  # hosts marked badrabbit; None: not known
         self.drifts: dict[str, health.Drift] = {}  # rabbit -> its capacity drift, last pass
         self._running = False
         self._again = False
@@ -235,6 +239,8 @@ class HealthMonitor:
             drift = self.drifts.get(rabbit)
             hold = drift.missing if drift else 0
             steps.append(lambda done, r=rabbit, u=up, h=hold: self._mark(r, u, h, done))
+        if self.policy.soft_drain:
+            steps.extend(self._soft_drain_steps(seen, status))
         by_host: dict[str, str] = {}  # host -> reason of its lowest drained rank
         for rank, reason in sorted(drained.items(), reverse=True):
             if rank in status.ranks:
@@ -245,6 +251,43 @@ class HealthMonitor:
             exists = seen.system_status is not None
             steps.append(lambda done: self._write_status(patch, exists, done))
         self._run(steps, [])
+
+    def _soft_drain_steps(self, seen: Observed, status: NodeStatus) -> list[Any]:
+        """Mark the nodes a rabbit drain would take with ``badrabbit``; clear the others."""
+        wanted = health.wanted_drains(seen.rabbits, seen.served, status.hosts)
+        mark, clear = softdrain.changes(wanted, self.badrabbit, status.hosts)
+        steps = []
+        if mark:
+            reasons = sorted({wanted[h] for h in mark})
+            log.warning(
+                "marking %s %s in Fluxion (soft drain: not drained, no new #DW job): %s",
+                readable(health.hostlist(mark)),
+                softdrain.BADRABBIT,
+                readable("; ".join(reasons), health.MAX_REASON),
+            )
+            steps.append(lambda done: self._mark_nodes(mark, True, done))
+        if clear:
+            if self.badrabbit is not None:
+                log.info(
+                    "clearing %s from %s: their rabbits are Ready again",
+                    softdrain.BADRABBIT,
+                    readable(health.hostlist(clear)),
+                )
+            steps.append(lambda done: self._mark_nodes(clear, False, done))
+        return steps
+
+    def _mark_nodes(
+        self, hosts: Sequence[str], bad: bool, done: Callable[[str | None], None]
+    ) -> None:
+        def marked(error: str | None) -> None:
+            if error is not None:
+                self.badrabbit = None  # not known: the next pass sets and clears every node
+            else:
+                known = set(self.badrabbit or ())
+                self.badrabbit = known | set(hosts) if bad else known - set(hosts)
+            done(error)
+
+        self.nodes.mark_nodes(hosts, bad, marked)
 
     def _mark(self, rabbit: str, up: bool, hold: int, done: Callable[[str | None], None]) -> None:
         """Tell Fluxion once per change; a refusal (e.g. no such vertex in its graph) is

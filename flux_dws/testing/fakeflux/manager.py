@@ -94,6 +94,9 @@ class FakeFlux:
         self._jobs: dict[int, Job] = {}
         self._free: set[str] = set(self.hosts)
         self.drains = DrainSet(self.hosts, clock)  # the resource module's drained nodes
+        # what a Fluxion would hold across service restarts: hosts with the badrabbit property
+        self.badrabbit: set[str] = set()
+        self.fluxion = False  # each service's FakeNodes starts with this (a test may set it)
         self._ids = FluidGenerator(clock())
         self._plugin = DwsPlugin(self)
         self._sched_pending = False

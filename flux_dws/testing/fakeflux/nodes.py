@@ -129,8 +129,11 @@ class FakeNodes:
         self.client_loop = client_loop
         self.rabbits: dict[str, bool] = {}  # what a Fluxion would hold: rabbit -> up
         self.held: dict[str, int] = {}  # rabbit -> bytes its pool keeps down (capacity drift)
-        self.fluxion = False  # fakeflux has no Fluxion unless a test says so
+        self.fluxion = flux.fluxion  # fakeflux has no Fluxion unless a test says so
         self.parts_held: set[str] = set()  # ssd paths a released job holds down (core.release)
+        # hosts with Fluxion's badrabbit property (soft drain): fakeflux's, kept across services
+        self.badrabbit: set[str] = flux.badrabbit
+        self.property_calls = 0  # set_property / remove_property requests a Fluxion would get
 
     def _call(self, fn: Callable[[], Any], on_done: Callable[[Any, str | None], None]) -> None:
         def run() -> None:
@@ -168,6 +171,17 @@ class FakeNodes:
             self.parts_held.update(paths)
         else:
             self.parts_held.difference_update(paths)
+        on_done(None)
+
+    def mark_nodes(self, hosts: Sequence[str], bad: bool, on_done: Done) -> None:
+        if not self.fluxion:
+            on_done(None)
+            return
+        self.property_calls += 1
+        if bad:
+            self.badrabbit.update(hosts)
+        else:
+            self.badrabbit.difference_update(hosts)
         on_done(None)
 
 
@@ -230,4 +244,7 @@ class TransportNodes:
         on_done(None)  # fakeflux has no Fluxion
 
     def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
+        on_done(None)  # fakeflux has no Fluxion
+
+    def mark_nodes(self, hosts: Sequence[str], bad: bool, on_done: Done) -> None:
         on_done(None)  # fakeflux has no Fluxion

@@ -170,7 +170,7 @@ def job_record(job: Job) -> dict[str, Any]:
             "phase": job_phase(job),
             "attributes": {
                 k: job.submitted[k]
-                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, RELEASE_KEY)
+                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, RELEASE_KEY, "constraints")
                 if k in job.submitted
             },
             "hosts": job.hosts,
