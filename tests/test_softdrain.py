@@ -4,7 +4,7 @@ property (flux-coral2's soft drain, which HPE's ``nnf rabbit state`` lists) inst
 draining them, and #DW jobs are released with the constraint that avoids them.
 
 The pure rules first, then the service on fakeflux (as if Fluxion were loaded) + kubeapi +
-dwssim; tests/test_fluxion_softdrain.py runs the same on real Flux with Fluxion.
+dwssim; tests/test_fluxion_health.py runs it on real Flux with Fluxion.
 """
 
 from __future__ import annotations
