@@ -9,13 +9,16 @@ validation (422 Invalid), then the validating webhook (403, 'admission webhook
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flux_dws.core.states import STATE_ORDER, State, Status
 from flux_dws.testing import ruleset
 
+from . import webhooks
 from .errors import ApiError, invalid
 from .resources import by_plural
+from .webhooks import RemoteWebhook
 
 WEBHOOK = "vworkflow.kb.io"
 STATES = tuple(s.value for s in STATE_ORDER)
@@ -59,25 +62,73 @@ IMMUTABLE_SPEC = (
 
 
 def register_workflow_webhook(store: Any) -> None:
-    store.add_admission("workflows", workflow_webhook)
+    """The Python port of DWS's Workflow webhooks (the default)."""
+    store.add_admission("workflows", admission_chain("workflows", _port_mutate, _port_validate))
 
 
-def workflow_webhook(operation: str, old: dict | None, new: dict) -> dict:
-    """Store admission hook for workflows: mutate on create, then validate; raise ApiError."""
-    new = apply_defaults(new)
-    if operation == "CREATE":
-        new = mutate(new)
-    causes = schema_errors(new)
-    if causes:
-        resource = by_plural("workflows")
-        raise invalid(resource.kind_group, new.get("metadata", {}).get("name", ""), causes)
+def register_remote_webhooks(store: Any, hooks: Sequence[RemoteWebhook]) -> None:
+    """Remote webhooks (kubeapi.webhooks) in place of the port, for each kind they name.
+
+    Mutating webhooks run first, in order, then the validating ones, as kube-apiserver runs
+    them; the store must have been made without the port (``Store(webhooks=False)``).
+    """
+    for plural in sorted(webhooks.plurals(hooks)):
+
+        def mutate(operation: str, old: dict | None, new: dict, plural: str = plural) -> dict:
+            for hook in hooks:
+                if hook.mutating:
+                    new = hook.admit(plural, operation, old, new)
+            return new
+
+        def validate(operation: str, old: dict | None, new: dict, plural: str = plural) -> None:
+            for hook in hooks:
+                if not hook.mutating:
+                    hook.admit(plural, operation, old, new)
+
+        store.add_admission(plural, admission_chain(plural, mutate, validate))
+
+
+def admission_chain(
+    plural: str,
+    mutate: Callable[[str, dict | None, dict], dict],
+    validate: Callable[[str, dict | None, dict], None],
+) -> Callable[[str, dict | None, dict], dict]:
+    """A store hook doing what kube-apiserver does around the webhooks of a kind.
+
+    For workflows (whose CRD schema kubeapi does not otherwise read): the CRD's defaults,
+    mutating admission, the defaults again (after a mutation, as for a CRD), then schema
+    validation (422 Invalid), then validating admission.
+    """
+    structural = plural == "workflows"
+
+    def hook(operation: str, old: dict | None, new: dict) -> dict:
+        if structural:
+            new = apply_defaults(new)
+        new = mutate(operation, old, new)
+        if structural:
+            new = apply_defaults(new)
+            causes = schema_errors(new)
+            if causes:
+                resource = by_plural(plural)
+                name = new.get("metadata", {}).get("name", "")
+                raise invalid(resource.kind_group, name, causes)
+        validate(operation, old, new)
+        return new
+
+    return hook
+
+
+def _port_mutate(operation: str, old: dict | None, new: dict) -> dict:
+    return mutate(new) if operation == "CREATE" else new
+
+
+def _port_validate(operation: str, old: dict | None, new: dict) -> None:
     if operation == "CREATE":
         denial = validate_create(new)
     else:
         denial = validate_update(old or {}, new)
     if denial:
         raise deny(denial)
-    return new
 
 
 def deny(message: str) -> ApiError:
