@@ -174,6 +174,18 @@ def admission_error(directives: Sequence[str]) -> str | None:
     return None
 
 
+def crashes_parser(directives: Sequence[str]) -> bool:
+    """Whether dwdparse panics on the list: a bare "#DW" reached before any refused directive.
+
+    Its BuildArgsMap reads the command word past the end of the words; the webhook's server
+    then drops the connection (kubeapi.admission.crashed says what the API server answers).
+    """
+    for index, directive in enumerate(directives):
+        if words(directive) == ["#DW"]:
+            return admission_error(directives[:index]) is None
+    return False
+
+
 def _rule_error(rule: Rule, args: dict[str, object], unique: set[str]) -> str | None:
     """dwdparse.ValidateArgs for one rule: why ``args`` break it, or None."""
     used: set[RuleDef] = set()

@@ -21,6 +21,15 @@ from .resources import by_plural
 from .webhooks import RemoteWebhook
 
 WEBHOOK = "vworkflow.kb.io"
+MUTATING = "mworkflow.kb.io"
+#: Where a DWS install serves its webhooks (its kustomization's dws- prefix and namespace).
+SERVICE_URL = "https://dws-webhook-service.dws-system.svc:443"
+PATHS = {
+    MUTATING: "/mutate-dataworkflowservices-github-io-v1alpha7-workflow",
+    WEBHOOK: "/validate-dataworkflowservices-github-io-v1alpha7-workflow",
+}
+#: status fields Go's encoding/json leaves out when empty (omitempty), so the patch drops them
+_OMITTED_EMPTY = ("state", "status", "message", "elapsedTimeLastState", "drivers", "requires")
 STATES = tuple(s.value for s in STATE_ORDER)
 WORKFLOW_STATUSES = tuple(s.value for s in Status)
 DRIVER_STATUSES = (
@@ -119,16 +128,53 @@ def admission_chain(
 
 
 def _port_mutate(operation: str, old: dict | None, new: dict) -> dict:
-    return mutate(new) if operation == "CREATE" else new
+    if operation != "CREATE":
+        return new
+    _decode(MUTATING, new)
+    directives = _dict(new.get("spec")).get("dwDirectives")
+    if isinstance(directives, list) and ruleset.crashes_parser(directives):
+        raise crashed(MUTATING)
+    return mutate(new)
 
 
 def _port_validate(operation: str, old: dict | None, new: dict) -> None:
+    _decode(WEBHOOK, new)
     if operation == "CREATE":
         denial = validate_create(new)
     else:
-        denial = validate_update(old or {}, new)
+        try:
+            denial = validate_update(old or {}, new)
+        except _Crash:
+            raise crashed(WEBHOOK) from None
     if denial:
         raise deny(denial)
+
+
+class _Crash(Exception):
+    """Where the Go webhook indexes past a slice's end: it panics, and its server hangs up."""
+
+
+def crashed(webhook: str) -> ApiError:
+    """What kube-apiserver answers when the webhook's server drops the connection (Fail)."""
+    url = f"{SERVICE_URL}{PATHS[webhook]}?timeout={webhooks.DEFAULT_TIMEOUT}s"
+    return ApiError(
+        500,
+        "InternalError",
+        f'Internal error occurred: failed calling webhook "{webhook}": failed to call webhook:'
+        f' Post "{url}": EOF',
+    )
+
+
+def _decode(webhook: str, obj: dict) -> None:
+    """The webhook's JSON decoding into the Go type: IDs are uint32 (the schema says int32)."""
+    for key, value in _dict(obj.get("spec")).items():
+        if key in ("userID", "groupID") and _is(value, int) and not 0 <= value < 2**32:
+            raise ApiError(
+                400,
+                "",
+                f'admission webhook "{webhook}" denied the request: json: cannot unmarshal number'
+                f" {value} into Go struct field WorkflowSpec.spec.{key} of type uint32",
+            )
 
 
 def deny(message: str) -> ApiError:
@@ -161,6 +207,14 @@ def mutate(obj: dict) -> dict:
             for driver_id, state in ruleset.watched_states(directive):
                 if not any(_registered(d, driver_id, index, state.value) for d in drivers):
                     drivers.append(driver_entry(driver_id, index, state))
+    for entry in drivers if isinstance(drivers, list) else ():
+        for key in ("status", "message", "error"):
+            if isinstance(entry, dict) and entry.get(key) == "":
+                del entry[key]
+    for key in _OMITTED_EMPTY:
+        if status.get(key) in ("", []):
+            del status[key]
+    status.setdefault("computes", {})  # a struct, not a pointer: never left out
     status.setdefault("ready", False)
     env = status.setdefault("env", {})
     if isinstance(env, dict):
@@ -270,10 +324,10 @@ def _drivers_error(old_state: str, old_drivers: Any, drivers: Any) -> str | None
         previous = _dict(old_drivers[index]) if index < len(old_drivers) else None
         path = f"Status.Drivers[{index}]: Internal error: driver"
         if entry.get("watchState") != old_state:
+            if previous is None:
+                raise _Crash  # Drivers[i] of the old workflow, past its end
             # An entry equal to the old one is unchanged: no need to compare set fields.
-            if previous is None or (
-                previous != entry and _set_fields(previous) != _set_fields(entry)
-            ):
+            if previous != entry and _set_fields(previous) != _set_fields(entry):
                 return f"{path} entry for non-current state cannot be changed"
             continue
         if entry.get("completed"):
@@ -281,7 +335,9 @@ def _drivers_error(old_state: str, old_drivers: Any, drivers: Any) -> str | None
                 return f"{path} cannot be completed without status=Completed"
             if entry.get("error"):
                 return f"{path} cannot be completed when error is present"
-        elif previous is not None and previous.get("completed"):
+        elif previous is None:
+            raise _Crash
+        elif previous.get("completed"):
             return f"{path} cannot change from completed state"
     return None
 
