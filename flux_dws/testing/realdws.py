@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 DWS_ENV = "FLUX_DWS_REAL_DWS"
 TEST_DRIVER_ENV = "FLUX_DWS_TEST_DRIVER"
@@ -186,3 +187,158 @@ class RealDws:
 
     def running(self) -> bool:
         return self.controller.running() and self.driver.running()
+
+
+# ---- the real DWS admission webhooks (dws-manager --mode webhook) ----------------------------
+
+DWS_GROUP = "dataworkflowservices.github.io"
+WEBHOOK_PORT = 9443  # controller-runtime's webhook server: fixed in DWS's main, no flag
+WEBHOOK_MANIFESTS_ENV = "FLUX_DWS_WEBHOOK_MANIFESTS"
+DEFAULT_WEBHOOK_MANIFESTS = "/opt/dws/config/dws/webhook/manifests.yaml"
+RULESETS_ENV = "FLUX_DWS_RULESETS"  # colon-separated DWDirectiveRule manifests
+DEFAULT_RULESETS = (
+    "/opt/dws/config/nnf-sos/dws/nnf-ruleset.yaml",
+    "/opt/dws/config/dws-test-driver/dws/test-ruleset.yaml",
+)
+
+
+def webhook_manifests() -> str:
+    return os.environ.get(WEBHOOK_MANIFESTS_ENV) or DEFAULT_WEBHOOK_MANIFESTS
+
+
+def rulesets() -> list[str]:
+    listed = os.environ.get(RULESETS_ENV)
+    return listed.split(":") if listed else list(DEFAULT_RULESETS)
+
+
+def real_webhook_problem() -> str | None:
+    """Why DWS's webhooks cannot run here (one line), or None."""
+    if not os.access(dws_manager(), os.X_OK):
+        return f"real DWS webhook skipped: {dws_manager()} is not an executable (set {DWS_ENV})"
+    for path in (webhook_manifests(), *rulesets()):
+        if not os.path.isfile(path):
+            return f"real DWS webhook skipped: no {path}"
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", WEBHOOK_PORT))
+        except OSError as exc:
+            return f"real DWS webhook skipped: port {WEBHOOK_PORT} is taken ({exc.strerror})"
+    return None
+
+
+def install_rulesets(store: Any, namespace: str) -> None:
+    """The DWDirectiveRules of the DWS/NNF/test-driver builds, in ``namespace``, as v1alpha7.
+
+    The webhook reads them from its POD_NAMESPACE; a manifest in an older version (the test
+    driver's says v1alpha2) has the same fields and is served as the current one.
+    """
+    import yaml
+
+    for path in rulesets():
+        with open(path) as handle:
+            for doc in yaml.safe_load_all(handle):
+                if isinstance(doc, dict) and doc.get("kind") == "DWDirectiveRule":
+                    meta = {"name": doc["metadata"]["name"], "namespace": namespace}
+                    rule = {**doc, "apiVersion": f"{DWS_GROUP}/v1alpha7", "metadata": meta}
+                    store.create("dwdirectiverules", namespace, rule)
+
+
+class RealWebhook:
+    """``dws-manager --mode webhook`` on 127.0.0.1:9443, with a certificate made for the run.
+
+    trustme makes a CA and a serving certificate for 127.0.0.1; the manager reads the pair
+    from ``$TMPDIR/k8s-webhook-server/serving-certs`` (a TMPDIR of this run's own).
+    :meth:`webhooks` gives the manifests' webhooks with a ``url`` on that port and the CA as
+    their caBundle, for kubeapi.admission.register_remote_webhooks.
+    """
+
+    def __init__(self, kubeconfig: str, logdir: str, namespace: str = "default") -> None:
+        import trustme
+
+        self.ca = trustme.CA()
+        self.tmpdir = os.path.join(logdir, "dws-webhook-tmp")
+        certs = os.path.join(self.tmpdir, "k8s-webhook-server", "serving-certs")
+        os.makedirs(certs, exist_ok=True)
+        served = self.ca.issue_cert("127.0.0.1")
+        served.cert_chain_pems[0].write_to_path(os.path.join(certs, "tls.crt"))
+        served.private_key_pem.write_to_path(os.path.join(certs, "tls.key"))
+        flags = _base_flags(kubeconfig)
+        self.manager = GoManager(
+            "dws-manager webhook",
+            [dws_manager(), "-mode=webhook", *flags],
+            os.path.join(logdir, "dws-webhook.log"),
+            {"TMPDIR": self.tmpdir, "POD_NAMESPACE": namespace},
+        )
+        self.namespace = namespace
+
+    def webhooks(self) -> list[Any]:
+        import yaml
+
+        from flux_dws.testing.kubeapi import webhooks
+
+        def url_for(client_config: dict) -> str:
+            path = (client_config.get("service") or {}).get("path", "/")
+            return client_config.get("url") or f"https://127.0.0.1:{WEBHOOK_PORT}{path}"
+
+        with open(webhook_manifests()) as handle:
+            docs = list(yaml.safe_load_all(handle))
+        return webhooks.load(docs, url_for, self.ca.cert_pem.bytes())
+
+    def start(self, timeout: float = READY_TIMEOUT) -> RealWebhook:
+        """Start it and wait until it admits a Workflow with a directive (bounded).
+
+        The first such review also fills the webhook's cache of DWDirectiveRules, so no later
+        review waits on a list that kubeapi serves behind the store's lock.
+        """
+        try:
+            self.manager.start()
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        from flux_dws.testing.kubeapi import ApiError
+
+        probe = {
+            "metadata": {"name": "readiness-probe", "namespace": self.namespace},
+            "spec": {
+                "desiredState": "Proposal",
+                "dwDirectives": ["#DW jobdw type=xfs capacity=1GiB name=probe"],
+                "wlmID": "probe",
+                "jobID": 0,
+                "userID": 0,
+                "groupID": 0,
+                "forceReady": False,
+            },
+        }
+        validating = [h for h in self.webhooks() if not h.mutating]
+        deadline = time.monotonic() + timeout
+        failure = ""
+        while time.monotonic() < deadline:
+            assert self.manager.process is not None
+            if self.manager.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.manager.name} exited with {self.manager.process.returncode}:"
+                    f" {self.manager.tail()}"
+                )
+            try:
+                for hook in validating:
+                    hook.admit("workflows", "CREATE", None, probe)
+                return
+            except ApiError as exc:
+                failure = exc.message
+            time.sleep(0.1)
+        raise RuntimeError(
+            f"{self.manager.name} not ready after {timeout:g}s: {failure} | {self.manager.tail()}"
+        )
+
+    def stop(self) -> None:
+        self.manager.stop()
+
+    def running(self) -> bool:
+        return self.manager.running()

@@ -35,7 +35,7 @@ from flux_dws.service.service import Service
 from flux_dws.testing.dwssim import DwsSim, compute_names, seed
 from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
-from flux_dws.testing.kubeapi import ApiError, KubeApi
+from flux_dws.testing.kubeapi import ApiError, KubeApi, Store
 from flux_dws.testing.kubeapi.admission import deny
 
 log = logging.getLogger("flux-dws.testing.stack")
@@ -61,6 +61,7 @@ class Stack:
         capacity: int | None = None,
         system_storage: Mapping[str, int] | None = None,
         dws: str = "sim",
+        webhook: str = "port",
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -74,6 +75,12 @@ class Stack:
         # workflows, and dwssim stands aside (test-driver directives need no NNF driver).
         self.dws = dws
         self.real_dws: Any = None
+        if webhook not in ("port", "real"):
+            raise ValueError(f"webhook must be 'port' or 'real', not {webhook!r}")
+        # "real": DWS's own admission webhooks (realdws.RealWebhook, over HTTPS) decide what
+        # kubeapi admits, in place of kubeapi's Python port of them.
+        self.webhook = webhook
+        self.real_webhook: Any = None
         self.realflux_options = dict(realflux or {})  # RealFlux keywords (persist, broker_env)
         self.identity = identity
         self.hosts = compute_names(hosts)
@@ -117,8 +124,11 @@ class Stack:
         if self.api_process:
             self._start_api_process()
         else:
-            self.api = KubeApi(seed=self.seed).start()
+            store = Store(webhooks=self.webhook == "port")
+            self.api = KubeApi(store=store, seed=self.seed).start()
             self.api.write_kubeconfig(self.kubeconfig)
+            if self.webhook == "real":
+                self._start_real_webhook()
             extra = {} if self.capacity is None else {"capacity": self.capacity}
             self.rabbits = seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
             if self.dws == "real":
@@ -149,6 +159,16 @@ class Stack:
                 self._server = FakeFluxServer(self.flux, path).start()
         self.start_service()
         return self
+
+    def _start_real_webhook(self) -> None:
+        from flux_dws.testing.kubeapi.admission import register_remote_webhooks
+        from flux_dws.testing.realdws import RealWebhook, install_rulesets
+
+        assert self.api is not None
+        install_rulesets(self.api.store, self.policy.namespace)
+        self.real_webhook = RealWebhook(self.kubeconfig, self._tmp.name, self.policy.namespace)
+        self.real_webhook.start()
+        register_remote_webhooks(self.api.store, self.real_webhook.webhooks())
 
     def _rabbit_R(self) -> dict[str, Any] | None:
         """The instance's R with the rabbits, for Fluxion; None without rabbits or Fluxion."""
@@ -284,6 +304,7 @@ class Stack:
             self.flux and self.flux.stop,
             self.sim and self.sim.stop,
             self.real_dws and self.real_dws.stop,
+            self.real_webhook and self.real_webhook.stop,
             self.api and self.api.stop,
             self._process and self._stop_api_process,
         ):
