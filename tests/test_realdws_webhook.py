@@ -212,10 +212,20 @@ def test_a_failed_call_fails_the_request_under_failure_policy_fail(standin, how,
     assert create_computes(ignoring)["metadata"]["name"] == "c"  # Ignore: passed over
 
 
-def test_only_https_urls_are_accepted():
-    doc = configuration("ValidatingWebhookConfiguration", "http://127.0.0.1:1/x")
-    with pytest.raises(ValueError, match="must be https"):
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("http://127.0.0.1:1/x", "'https' is the only allowed URL scheme"),
+        ("https://u:p@127.0.0.1:1/x", "user information is not permitted in the URL"),
+        ("https://127.0.0.1:1/x?a=b", "query parameters are not permitted in the URL"),
+        ("https://127.0.0.1:1/x#f", "fragments are not permitted in the URL"),
+    ],
+)
+def test_a_url_is_refused_as_admissionregistration_refuses_it(url, problem):
+    doc = configuration("ValidatingWebhookConfiguration", url)
+    with pytest.raises(ValueError) as refused_:
         load([doc], lambda c: c["url"], None)
+    assert str(refused_.value) == f'webhook w.example.com: url: Invalid value: "{url}": {problem}'
 
 
 # --------------------------------------------------------------------------- port and real

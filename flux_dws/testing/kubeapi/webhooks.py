@@ -182,8 +182,9 @@ def load(docs: Iterable[Any], url_for: Callable[[dict], str], ca_bundle: bytes |
             if hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
                 raise ValueError(f"webhook {hook.get('name')} has side effects")
             url = url_for(hook.get("clientConfig") or {})
-            if urllib.parse.urlsplit(url).scheme != "https":
-                raise ValueError(f"webhook {hook.get('name')}: url must be https, not {url}")
+            problem = _url_problem(url)
+            if problem:
+                raise ValueError(f"webhook {hook.get('name')}: {problem}")
             found.append(
                 RemoteWebhook(
                     name=hook["name"],
@@ -204,6 +205,22 @@ def load(docs: Iterable[Any], url_for: Callable[[dict], str], ca_bundle: bytes |
                 )
             )
     return sorted(found, key=lambda h: not h.mutating)  # stable: manifest order within each
+
+
+def _url_problem(url: str) -> str | None:
+    """What admissionregistration/v1 refuses in a webhook's ``url``, or None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "https":
+        return f"url: Invalid value: \"{url}\": 'https' is the only allowed URL scheme"
+    if not parts.hostname:
+        return f'url: Invalid value: "{url}": host must be specified'
+    if parts.username is not None or parts.password is not None:
+        return f'url: Invalid value: "{url}": user information is not permitted in the URL'
+    if parts.fragment or "#" in url:
+        return f'url: Invalid value: "{url}": fragments are not permitted in the URL'
+    if parts.query or "?" in url:
+        return f'url: Invalid value: "{url}": query parameters are not permitted in the URL'
+    return None
 
 
 def plurals(hooks: Iterable[RemoteWebhook]) -> set[str]:
