@@ -67,7 +67,9 @@ from flux_dws.core.release import RELEASE_ANNOTATION
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
 from flux_dws.k8s import KubeClient, KubeError, records
+from flux_dws.k8s.recordcache import DataMovementWatch, PodWatch
 from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
+from flux_dws.k8s.watch import ResourceWatch
 from flux_dws.service import daemon
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi.resources import by_plural
@@ -769,7 +771,16 @@ def _container_pod(kube: KubeClient, store: Any) -> None:
 
 
 #: flux_dws.k8s.records: the reads for the job's records, each called once the same way.
+def _watched(watch: type[ResourceWatch], kube: KubeClient) -> None:
+    """A record watch's first list and one watch request (flux_dws.k8s.recordcache)."""
+    full, open_ = watch(kube, lambda _kind, _obj: None).endpoints(kube)
+    _items, rv = full()
+    open_(rv, 1, 5.0).close()
+
+
 RECORD_EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
+    "pod watch": lambda k: _watched(PodWatch, k),
+    "data movement watch": lambda k: _watched(DataMovementWatch, k),
     "read_data_movements": lambda k: records.read_data_movements(
         k, k.workflow_name(WORKFLOW_ID), k.namespace
     ),

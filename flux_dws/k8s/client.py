@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
@@ -319,8 +319,15 @@ class KubeClient:
         )
 
     def _list_all(
-        self, what: str, namespace: str | None, plural: str, selector: str | None
+        self,
+        what: str,
+        namespace: str | None,
+        plural: str,
+        selector: str | None,
+        lister: Callable[..., Any] | None = None,
     ) -> tuple[list[dict], str]:
+        """Every page of one list.  ``lister``: the list request (keywords: label_selector,
+        limit, _continue, ...); by default DWS's ``plural`` in ``namespace`` (None: all)."""
         restarts = 0
         while True:
             items: list[dict] = []
@@ -328,7 +335,7 @@ class KubeClient:
             try:
                 while True:
                     page, rv, token = self._list_page(
-                        self._page_size, token, (what, namespace, plural, selector)
+                        self._page_size, token, (what, namespace, plural, selector), lister
                     )
                     items.extend(page)
                     if not token:
@@ -347,13 +354,17 @@ class KubeClient:
                 )
 
     def _list_page(
-        self, limit: int, token: str | None, where: tuple[str, str | None, str, str | None]
+        self,
+        limit: int,
+        token: str | None,
+        where: tuple[str, str | None, str, str | None],
+        lister: Callable[..., Any] | None = None,
     ) -> tuple[list[dict], str, str | None]:
         """One page; ``where``: (what errors name, namespace (None: every namespace), plural,
         label selector)."""
         what, namespace, plural, selector = where
         extra = {"_continue": token} if token else {}
-        call, args = self._collection(namespace, plural)
+        call, args = (lister, ()) if lister else self._collection(namespace, plural)
         result = self.calls.call(
             "list",
             what,
@@ -672,9 +683,10 @@ class KubeClient:
         resource_version: str,
         timeout_seconds: int,
         read_timeout: float,
+        lister: Callable[..., Any] | None = None,
     ) -> urllib3.HTTPResponse:
         self.calls.count("watch")
-        call, args = self._collection(namespace, plural)
+        call, args = (lister, ()) if lister else self._collection(namespace, plural)
         try:
             return call(
                 *args,

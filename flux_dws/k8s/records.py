@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """Reads for the job's records: NnfDataMovements, container pods and their logs.
 
+The pods and NnfDataMovements come from the watches of flux_dws.k8s.recordcache when those
+have caught up with the workflow; else (not listed yet, failing, behind) they are listed.
+
 Each call goes through KubeClient._call (a timeout per attempt, bounded retries).  A refusal
 that retrying cannot cure (403 from RBAC, 404, 400 for a container that never started) is
 turned into words for the record instead of an error, so a job is never held up by it; only
@@ -26,9 +29,8 @@ from flux_dws.core.output import (
 )
 from flux_dws.k8s.client import KubeClient
 from flux_dws.k8s.errors import KubeError
+from flux_dws.k8s.recordcache import DATA_MOVEMENTS, WatchedObjects
 from flux_dws.k8s.resources import NNF_GROUP
-
-DATA_MOVEMENTS = "nnfdatamovements"
 
 
 def permanent(exc: KubeError) -> bool:
@@ -36,14 +38,35 @@ def permanent(exc: KubeError) -> bool:
     return exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 429)
 
 
-def read_data_movements(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str, Any]]:
+def _cached(
+    cache: WatchedObjects | None, kube: KubeClient, workflow: str, namespace: str, at: str
+) -> list[dict[str, Any]] | None:
+    """The watch's copy, when it is as fresh as a list at resourceVersion ``at`` would be
+    (flux_dws.k8s.recordcache); None: list instead."""
+    if cache is None or namespace != kube.namespace:
+        return None
+    return cache.read(workflow, at)
+
+
+def read_data_movements(
+    kube: KubeClient,
+    workflow: str,
+    namespace: str,
+    cache: WatchedObjects | None = None,
+    at: str = "",
+) -> list[dict[str, Any]]:
     """The workflow's NnfDataMovements in every namespace (Lustre ones live in nnf-dm-system,
-    XFS/GFS2 ones in each rabbit's namespace), by the workflow labels nnf-sos puts on them.
+    XFS/GFS2 ones in each rabbit's namespace), by the workflow labels nnf-sos puts on them:
+    from ``cache`` when it has caught up with the workflow's resourceVersion ``at``, else
+    listed.
 
     KubeError for any failure; [] when NNF is not served.
     """
     if not kube.versions.nnf:
         return []
+    found = _cached(cache, kube, workflow, namespace, at)
+    if found is not None:
+        return found
     selector = f"{WORKFLOW_NAME_LABEL}={workflow},{WORKFLOW_NAMESPACE_LABEL}={namespace}"
     result = kube.calls.call(
         "list",
@@ -60,25 +83,39 @@ def read_data_movements(kube: KubeClient, workflow: str, namespace: str) -> list
 
 
 def data_movements_or_why(
-    kube: KubeClient, workflow: str, namespace: str
+    kube: KubeClient,
+    workflow: str,
+    namespace: str,
+    cache: WatchedObjects | None = None,
+    at: str = "",
 ) -> tuple[list[dict[str, Any]], str]:
     """read_data_movements, with a refusal that asking again will not change read as no
     records and the reason (a KubeError that may pass is raised, to be retried)."""
     try:
-        return read_data_movements(kube, workflow, namespace), ""
+        return read_data_movements(kube, workflow, namespace, cache, at), ""
     except KubeError as exc:
         if not permanent(exc):
             raise
         return [], f"could not read the NnfDataMovements: {exc}"
 
 
-def collect_output(kube: KubeClient, workflow: str, namespace: str, limit: int) -> SavedOutput:
-    """Every container of the workflow's pods, with the last ``limit`` bytes of its log.
+def collect_output(
+    kube: KubeClient,
+    workflow: str,
+    namespace: str,
+    limit: int,
+    cache: WatchedObjects | None = None,
+    at: str = "",
+) -> SavedOutput:
+    """Every container of the workflow's pods, with the last ``limit`` bytes of its log; the
+    pods from ``cache`` when it has caught up with the workflow's resourceVersion ``at``.
 
     KubeError only when the pods cannot be listed for a transient reason.
     """
     try:
-        pods = _list_pods(kube, workflow, namespace)
+        pods = _cached(cache, kube, workflow, namespace, at)
+        if pods is None:
+            pods = _list_pods(kube, workflow, namespace)
     except KubeError as exc:
         if not permanent(exc):
             raise

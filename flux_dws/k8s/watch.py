@@ -150,10 +150,11 @@ Opener = Callable[[str, int, float], Any]
 class ResourceWatch:
     """Deliver every change to the listed objects, once, from a background thread.
 
-    ``on_event(kind, obj)``, ``on_health(connected, since)`` and ``on_listed()`` (after each
-    full list's changes were delivered) run in the watch thread: they must be quick and hand
-    the work to the service's loop.  ``since`` is the wall-clock time
-    (time.time()) at which the API became reachable or unreachable.
+    ``on_event(kind, obj)``, ``on_health(connected, since)``, ``on_listed()`` (after each
+    full list's changes were delivered) and ``on_position(resource_version)`` (every change
+    up to that version has been delivered: after a list, an event or a bookmark) run in the
+    watch thread: they must be quick and hand the work to the service's loop.  ``since`` is
+    the wall-clock time (time.time()) at which the API became reachable or unreachable.
     """
 
     #: in logs and the thread's name ("workflow watch"), and what errors name
@@ -169,6 +170,7 @@ class ResourceWatch:
         *,
         on_health: Callable[[bool, float], None] | None = None,
         on_listed: Callable[[], None] | None = None,
+        on_position: Callable[[str], None] | None = None,
         backoff_max: float = 30.0,
         backoff_base: float = 0.5,
         watch_timeout: int = 300,
@@ -179,6 +181,7 @@ class ResourceWatch:
         self._on_event = on_event
         self._on_health = on_health
         self._on_listed = on_listed
+        self._on_position = on_position
         self._backoff_max = backoff_max
         self._backoff_base = backoff_base
         self._watch_timeout = watch_timeout
@@ -280,7 +283,7 @@ class ResourceWatch:
         )
         for kind, obj in deliveries:
             self._deliver(kind, obj)
-        self._rv = rv
+        self._advance(rv)
         if self._on_listed is not None and not self._stopping.is_set():
             self._on_listed()  # after the deliveries: everything listed has been handed over
 
@@ -320,7 +323,7 @@ class ResourceWatch:
                     for delivery in self._delivered.watch_event(kind, obj):
                         self._deliver(*delivery)
                 if rv:
-                    self._rv = rv
+                    self._advance(rv)
         finally:
             with self._lock:
                 self._resp = None
@@ -330,6 +333,14 @@ class ResourceWatch:
         return "closed"
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _advance(self, rv: str) -> None:
+        self._rv = rv
+        if self._on_position is not None and rv:
+            try:
+                self._on_position(rv)
+            except Exception:
+                log.exception("%s watch: on_position failed", self.kind)
 
     def _deliver(self, kind: str, obj: dict) -> None:
         if self._stopping.is_set():

@@ -27,6 +27,7 @@ from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s import KubeClient, KubeError, KubeWorker
+from flux_dws.k8s.recordcache import RecordCache
 from flux_dws.service.failures import (
     RETRY_MIN,
     FailureRules,
@@ -61,6 +62,7 @@ class ActionExecutor:
         kick: Callable[[int], None],
         health: HealthMonitor | None = None,
         persistent: PersistentPush | None = None,
+        records: RecordCache | None = None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -72,6 +74,7 @@ class ActionExecutor:
         self.kick = kick
         self.health = health
         self.persistent = persistent  # the persistentdw a job may not use (service.persistentpush)
+        self.records = records  # watched pods and NnfDataMovements (k8s.recordcache)
         self.gids: dict[int, int] = {}  # primary groups found (failed lookups are not kept)
         self.rabbits: Mapping[str, str] | None = None  # SystemConfiguration: node -> rabbit
         self.attempts = Attempts(RECORD_ATTEMPTS)

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """The actions that put what happened to a job's data and containers on the job.
 
-``RecordCopies``: read the workflow's NnfDataMovements (flux_dws.k8s.records), post one
+``RecordCopies``: read the workflow's NnfDataMovements (flux_dws.k8s.records, from the
+watched copy of flux_dws.k8s.recordcache once it has caught up with the workflow), post one
 ``dws-datamovement`` event per copy directive and fail the job when a copy failed.
 ``SaveOutput``: read the container pods and the tails of their logs, save them in the job's
 KVS directory through the plugin's ``save`` method, then post ``dws-container``.
@@ -43,7 +44,8 @@ def record_copies(
     what = f"copies {action.state.value}"
 
     def read() -> tuple[list[dict[str, Any]], str]:
-        return data_movements_or_why(x.kube, wf.name, wf.namespace)
+        cache = x.records.movements if x.records is not None else None
+        return data_movements_or_why(x.kube, wf.name, wf.namespace, cache, wf.resource_version)
 
     def settle(result: Any, exc: BaseException | None) -> None:
         if exc is not None:
@@ -131,4 +133,13 @@ def save_output(
         )
         x.post_event(tracked, lc.PostEvent("dws-container", context), done)
 
-    x.worker.submit(collect_output, x.kube, wf.name, wf.namespace, limit, on_done=settle)
+    x.worker.submit(
+        collect_output,
+        x.kube,
+        wf.name,
+        wf.namespace,
+        limit,
+        x.records.pods if x.records is not None else None,
+        wf.resource_version,
+        on_done=settle,
+    )

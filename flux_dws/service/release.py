@@ -106,7 +106,8 @@ def record_release(
     def read() -> tuple[list[dict[str, Any]], str]:
         if action.state != State.DATAOUT.value:
             return [], ""
-        return data_movements_or_why(x.kube, wf.name, wf.namespace)
+        cache = x.records.movements if x.records is not None else None
+        return data_movements_or_why(x.kube, wf.name, wf.namespace, cache, wf.resource_version)
 
     def settle(result: Any, exc: BaseException | None) -> None:
         if exc is not None:

@@ -39,6 +39,7 @@ from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
+from flux_dws.k8s.recordcache import RecordCache
 from flux_dws.service import dispatch
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.failures import FailureRules, backoff
@@ -110,6 +111,8 @@ class Service:
             )
         # persistent storage for the plugin's submit check (service.persistentpush)
         self.persistent = PersistentPush(policy=policy, loop=loop, kube=kube, jm=jobmanager)
+        # the pods and NnfDataMovements the job's records read, watched (k8s.recordcache)
+        self.records = RecordCache(kube)
         self.presence = Presence(
             policy=policy,
             loop=loop,
@@ -141,6 +144,7 @@ class Service:
             kick=self._kick,
             health=self.health,
             persistent=self.persistent,
+            records=self.records,
         )
 
     # ------------------------------------------------------------------ start / stop
@@ -156,6 +160,7 @@ class Service:
         self._watch.start()
         self.presence.start()
         self.persistent.start()
+        self.records.start()
         if self.health is not None:
             self.health.start()
         self.upkeep.start()
@@ -167,6 +172,7 @@ class Service:
         self._stopped = True
         self.presence.stop()
         self.persistent.stop()
+        self.records.stop()
         if self._watch:
             self._watch.stop()
         if self.health is not None:

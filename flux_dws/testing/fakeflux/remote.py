@@ -294,6 +294,14 @@ def service_figures(service: Any) -> dict[str, Any]:
         "requests": service.kube.request_counts(),
         "actions": dict(metrics.actions),
         "failures": dict(metrics.failures),
+        # records' reads answered by the watched pods / NnfDataMovements, and those listed
+        "record_reads": {
+            name: {"cached": cache.hits, "listed": cache.misses, "waited_s": round(cache.waited, 3)}
+            for name, cache in (
+                ("pods", service.records.pods),
+                ("datamovements", service.records.movements),
+            )
+        },
     }
 
 
