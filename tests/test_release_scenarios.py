@@ -253,3 +253,46 @@ def test_dataout_is_asked_only_once_flux_holds_the_release():
         stack.service.loop.call_soon(on_done, *answer)
         wait_for(lambda: gone(stack, jobid), timeout=60)
         assert json.loads(stack.saved(jobid, "dws.release.dataout"))["status"] == "done"
+
+
+def test_a_restarted_service_never_marks_a_held_part_up():
+    """A service restarted during a released job's DataOut reads every workflow's release
+    mark before its first health pass: that pass marks the rabbit's pool up but never the part
+    the released job holds (Fluxion would give it to a queued job), which goes up only once
+    Teardown is done.  The workflow list is slowed so that, were the pass not waiting for it,
+    it would come first."""
+    import dataclasses
+
+    from flux_dws.core.release import read_mark
+
+    config = {"heartbeat": "2s", "release-nodes": "after-unmount", "health-interval": "0.5s"}
+    delays = {State.DATAOUT: DATAOUT_SECONDS, State.TEARDOWN: 1.0}
+    held, free = "/cluster/rabbit-0/ssd0", "/cluster/rabbit-0/ssd1"
+    with Stack(config, hosts=2, delays=delays, rabbits=RABBITS) as stack:
+        jobid = stack.submit([JOBDW, COPY_OUT])
+        assert stack.wait(jobid).events("dws-release")
+        stack.kill_service()
+        # as a Fluxion-scheduled release leaves it: the mark names the part, held down
+        wf = workflow_of(stack, jobid)
+        meta = wf["metadata"]
+        mark = read_mark(meta["annotations"])
+        assert mark is not None and wf["spec"]["desiredState"] == "DataOut"
+        meta["annotations"][RELEASE_ANNOTATION] = dataclasses.replace(
+            mark, ssd=(held,)
+        ).to_annotation()
+        stack.api.store.replace("workflows", meta["namespace"], meta["name"], wf)
+        stack.flux.fluxion = True  # the next service's nodes see Fluxion loaded
+        fluxion = stack.flux.ssd
+        fluxion.parts = {"rabbit-0": (held, free)}
+        fluxion.vertices.update({held: False, free: True})
+        stack.api.faults.set(latency=2.0, plurals=["workflows"], verbs=["list"])
+        service = stack.start_service()
+        wait_for(lambda: service.listed, timeout=30)
+        stack.api.faults.clear()
+        wait_for(lambda: service.health.passes >= 1, timeout=30)
+        assert (free, True) in fluxion.set_status  # the pass marked the pool up...
+        assert fluxion.vertices[held] is False  # ...but not the held part
+        wait_for(lambda: gone(stack, jobid), timeout=60)
+        ups = [up for path, up in fluxion.set_status if path == held]
+        assert ups[0] is False and ups[-1] is True and ups == sorted(ups)  # up only at the end
+        assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"

@@ -33,6 +33,7 @@ from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.lifecycle import JobPhase
 from flux_dws.core.policy import Policy
 from flux_dws.core.reconcile import startup_order
+from flux_dws.core.release import held_parts
 from flux_dws.core.window import ProposalWindow
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import JobManager
@@ -232,6 +233,9 @@ class Service:
             return
         self.listed = True
         log.info("workflow list: %d workflow(s) of this instance", self._count_workflows())
+        if self.health is not None:  # before any pass may mark a pool up (healthwatch)
+            views = (t.workflow for t in self.jobs.values() if t.workflow is not None)
+            self.health.hold_first(held_parts(views), _ignore_error)
         self._kick_all()
 
     def _count_workflows(self) -> int:
@@ -470,6 +474,10 @@ class Service:
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+
+def _ignore_error(_error: str | None) -> None:
+    pass
 
 
 def _ignore(_response: Any, _error: Any) -> None:
