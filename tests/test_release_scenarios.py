@@ -196,6 +196,51 @@ def test_instance_restart_during_dataout_converges():
         assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"
 
 
+def test_after_an_instance_restart_no_dw_job_is_scheduled_before_the_holds_are_back():
+    """Fluxion forgets, when the instance restarts, that a released job's ssd parts are down.
+    A #DW job queued for that rabbit (in SCHED) goes back to PRIORITY at the restart, and the
+    plugin keeps it there (dws-waiting) until the restarted service has held the parts
+    again: it is not allocated while no service runs, and runs only after the first job's
+    Teardown.  (Before, it went straight back to Fluxion, with the parts up; in this
+    instance Fluxion 0.54 then denied it as unsatisfiable at once, as it does any job
+    pending at the restart, #DW or not.)"""
+    import time
+
+    from conftest import _fluxion_missing
+
+    missing = _fluxion_missing()
+    if missing:
+        pytest.skip(missing)
+    config = {"heartbeat": "1s", "release-nodes": "after-unmount", "rabbit-scheduling": True}
+    delays = {State.DATAOUT: 12.0, State.TEARDOWN: 1.0}
+    big = "#DW jobdw type=xfs capacity=20GiB name=scratch"
+    options = {"persist": True}
+    kw = {"rabbits": RABBITS, "capacity": 36 * 2**30, "realflux": options}
+    with Stack(config, hosts=2, delays=delays, backend="flux", **kw) as stack:
+        first = stack.submit([big, COPY_OUT])
+        assert stack.wait(first, timeout=60).events("dws-release")
+        second = stack.submit(big)
+        stack.flux.wait(second, "SCHED", timeout=60)  # waits for the first one's parts
+        stack.flux.shutdown()
+        stack.flux.service_exit(30)
+        stack.flux.restart()
+        kept_or_run = ("dws-waiting", "alloc")
+        wait_for(lambda: any(map(stack.flux.info(second).events, kept_or_run)), timeout=30)
+        time.sleep(3.0)  # no service yet: the job stays unallocated however long it waits
+        info = stack.flux.info(second)
+        assert not info.events("alloc")
+        assert info.state == "PRIORITY"
+        (waiting,) = info.events("dws-waiting")
+        assert "released early" in waiting["context"]["reason"]
+        stack.flux.start_service()
+        wait_for(lambda: gone(stack, first), timeout=90)
+        info = stack.wait(second, timeout=90)
+        assert info.result == "COMPLETED"
+        teardown = json.loads(stack.saved(first, "dws.release.teardown"))
+        assert teardown["status"] == "done"
+        assert info.events("alloc")[0]["timestamp"] > teardown["at"]
+
+
 def test_service_killed_again_and_again_through_the_release_converges(early):
     """SIGKILL the service every half second while jobs go through PostRun, the release,
     DataOut and Teardown: each job is released once, every workflow ends, both outcomes are

@@ -48,6 +48,7 @@ from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.persistentpush import PersistentPush
 from flux_dws.service.presence import Presence
+from flux_dws.service.release import StorageHeld
 from flux_dws.service.upkeep import Upkeep
 
 log = logging.getLogger("flux-dws")
@@ -109,6 +110,8 @@ class Service:
             self.health = HealthMonitor(
                 policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
             )
+        # the plugin keeps #DW jobs from the scheduler until told (service.release)
+        self.held = StorageHeld(loop=loop, jm=jobmanager, every=policy.heartbeat)
         # persistent storage for the plugin's submit check (service.persistentpush)
         self.persistent = PersistentPush(policy=policy, loop=loop, kube=kube, jm=jobmanager)
         self.presence = Presence(
@@ -168,6 +171,7 @@ class Service:
         self._stopped = True
         self.presence.stop()
         self.persistent.stop()
+        self.held.stop()
         if self._watch:
             self._watch.stop()
         if self.health is not None:
@@ -211,6 +215,7 @@ class Service:
             if not self.synced:
                 log.info("job snapshot: %d #DW job(s) held by the plugin", len(records))
             self.synced = True
+            self.held.snapshot()
         seen = time.monotonic()
         for record in records:
             tracked = self._tracked(int(record["id"]))
@@ -235,7 +240,9 @@ class Service:
         log.info("workflow list: %d workflow(s) of this instance", self._count_workflows())
         if self.health is not None:  # before any pass may mark a pool up (healthwatch)
             views = (t.workflow for t in self.jobs.values() if t.workflow is not None)
-            self.health.hold_first(held_parts(views), _ignore_error)
+            self.health.hold_first(held_parts(views), lambda _e: self.held.holds_ready())
+        else:
+            self.held.holds_ready()  # nothing of Fluxion is ours to mark
         self._kick_all()
 
     def _count_workflows(self) -> int:
@@ -474,10 +481,6 @@ class Service:
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
-
-
-def _ignore_error(_error: str | None) -> None:
-    pass
 
 
 def _ignore(_response: Any, _error: Any) -> None:
