@@ -34,7 +34,6 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.core.identity import FINALIZER, GROUP
-from flux_dws.core.workflow import WorkflowView
 
 #: The workflow annotation that says its job's nodes went back early, and what is still held.
 RELEASE_ANNOTATION = f"{GROUP}/released"
@@ -153,18 +152,22 @@ class RecordRelease:
         object.__setattr__(self, "outcome", FrozenMap(dict(self.outcome)))
 
 
-def held_parts(workflows: Iterable[WorkflowView]) -> tuple[str, ...]:
-    """Every ssd path a released workflow still holds down: what a (re)started service holds
-    again before any health pass may mark a rabbit's pool up.
+def held_parts(workflows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Every ssd path a released workflow still holds down, from the workflow objects as
+    listed (one that flux-dws cannot otherwise read included): what a (re)started service
+    holds again before any health pass may mark a rabbit's pool up.
 
     A workflow deleted outside flux-dws (being deleted, our finalizer gone) holds nothing: its
     job's decisions give nothing back either (doc/guide/admin.rst, "Early release").  A mark
     whose paths remain held after Teardown is harmless: ReturnStorage gives them back."""
     paths: set[str] = set()
-    for wf in workflows:
-        if wf.deleting and FINALIZER not in wf.finalizers:
+    for obj in workflows:
+        meta = untrusted.mapping(obj.get("metadata"))
+        finalizers = untrusted.sequence(meta.get("finalizers"))
+        if meta.get("deletionTimestamp") and FINALIZER not in finalizers:
             continue
-        mark = read_mark(wf.annotations)
+        annotations = untrusted.mapping(meta.get("annotations"))
+        mark = read_mark({k: v for k, v in annotations.items() if isinstance(v, str)})
         if mark is not None:
             paths.update(mark.ssd)
     return tuple(sorted(paths))

@@ -239,8 +239,8 @@ class Service:
         self.listed = True
         log.info("workflow list: %d workflow(s) of this instance", self._count_workflows())
         if self.health is not None:  # before any pass may mark a pool up (healthwatch)
-            views = (t.workflow for t in self.jobs.values() if t.workflow is not None)
-            self.health.hold_first(held_parts(views), lambda _e: self.held.holds_ready())
+            listed = (t.raw for t in self.jobs.values() if t.raw is not None)
+            self.health.hold_first(held_parts(listed), lambda _e: self.held.holds_ready())
         else:
             self.held.holds_ready()  # nothing of Fluxion is ours to mark
         self._kick_all()
