@@ -121,6 +121,11 @@ static int state_cb (flux_plugin_t *p,
             if (!st->rebuild_f)  // replayed on load: reconcile_cb decides
                 hold_in_depend (st);
             break;
+        case FLUX_JOB_STATE_PRIORITY:
+        case FLUX_JOB_STATE_SCHED:  // SCHED: a later plugin gave it a priority anyway
+            if (storage_gate_closed (st->ctx))
+                (void)keep_from_scheduler (st, args);
+            break;
         case FLUX_JOB_STATE_RUN:
             start_prolog (st);
             break;
@@ -152,6 +157,24 @@ static int state_cb (flux_plugin_t *p,
     }
     job_changed (st);
     return 0;
+}
+
+/* job.priority.get (flux_jobtap_reprioritize_all, by any plugin): a #DW job is kept from
+ * the scheduler while the storage gate is closed (holds.c).
+ */
+static int priority_get_cb (flux_plugin_t *p,
+                            const char *topic,
+                            flux_plugin_arg_t *args,
+                            void *arg)
+{
+    struct dwsjob *st = current_job (p);
+
+    if (!st || !storage_gate_closed (st->ctx))
+        return 0;
+    update_from_args (st, args);
+    if (st->state != FLUX_JOB_STATE_PRIORITY && st->state != FLUX_JOB_STATE_SCHED)
+        return 0;
+    return keep_from_scheduler (st, args);
 }
 
 static int event_cb (flux_plugin_t *p,
@@ -233,6 +256,10 @@ static int conf_update_cb (flux_plugin_t *p,
         }
         json_decref (o);
     }
+    if ((value = json_object_get (dws, "rabbit-scheduling")) && !json_is_boolean (value))
+        return flux_jobtap_error (p, args,
+                                  "dws: [dws] rabbit-scheduling must be true or false");
+    ctx->rabbit_scheduling = json_is_true (value);
     ctx->service_wait = service_wait;
     if (heartbeat != ctx->heartbeat) {
         ctx->heartbeat = heartbeat;
@@ -293,6 +320,7 @@ static const struct flux_plugin_handler tab[] = {
     { "job.new", new_cb, NULL },
     { "job.state.*", state_cb, NULL },
     { "job.event.*", event_cb, NULL },
+    { "job.priority.get", priority_get_cb, NULL },
     { "conf.update", conf_update_cb, NULL },
     { RECONCILE_TOPIC, reconcile_cb, NULL },
     { 0 },

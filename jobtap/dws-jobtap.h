@@ -38,6 +38,8 @@
 #define RECONCILE_TOPIC "dws.reconcile"
 #define EVENT_PREFIX "dws-"
 #define WAITING_REASON "flux-dws service is not running"
+#define STORAGE_REASON "flux-dws service has not yet held again the storage of jobs" \
+                       " released early"
 #define DEFAULT_HEARTBEAT 10.    // [dws] heartbeat when unset, seconds
 #define MISSED_HEARTBEATS 3       // silent this many heartbeats: the service is gone
 #define SAVE_KEY_MAX 128          // longest key "save" writes under a job's directory
@@ -99,6 +101,8 @@ struct dwsjob {
     bool epilog_started;  // ... was ever started
     bool waiting_told;    // dws-waiting is the latest dws-* event: the user knows the
                           // service is gone (cleared when a service watches again)
+    bool storage_told;    // dws-waiting (STORAGE_REASON) was posted: kept from the
+                          // scheduler until the service holds released storage again
 
     /* Requested in this callback chain, event not yet processed (events posted to
      * the job being called back are queued until the callback returns). */
@@ -142,6 +146,9 @@ struct plugin_ctx {
     struct pending_save *saves; // save requests waiting for their commit
     json_t *persistent;         // storage name -> entry, from the service (or NULL)
     char *persistent_unknown;   // the words for a name not in it (@NAME@ marks the name)
+    bool rabbit_scheduling;     // [dws] rabbit-scheduling: Fluxion schedules ssd parts
+    bool storage_held;          // the service said so (storage-held) since the load
+    bool order_warned;          // logged that a later plugin gave a kept job a priority
     bool destroying;
 };
 
@@ -249,6 +256,14 @@ void hold_in_depend (struct dwsjob *st);
 void start_prolog (struct dwsjob *st);
 void note_shells_gone (struct dwsjob *st);
 void start_epilog (struct dwsjob *st);
+bool storage_gate_closed (struct plugin_ctx *ctx);
+int keep_from_scheduler (struct dwsjob *st, flux_plugin_arg_t *args);
+int storage_held_method (struct plugin_ctx *ctx,
+                         const flux_msg_t *msg,
+                         const char *method,
+                         json_t *payload,
+                         json_t **response,
+                         struct rpc_error *err);
 int reconcile_cb (flux_plugin_t *p,
                   const char *topic,
                   flux_plugin_arg_t *args,

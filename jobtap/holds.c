@@ -6,8 +6,8 @@
 \************************************************************/
 
 /* holds.c - where the plugin holds #DW jobs: the dependency dws (DEPEND), the
- * prolog and epilog actions dws, and the [dws] service-wait bound while no service
- * runs.
+ * prolog and epilog actions dws, the storage gate (PRIORITY, see keep_from_scheduler),
+ * and the [dws] service-wait bound while no service runs.
  */
 
 #include <errno.h>
@@ -34,13 +34,22 @@ static void service_wait_over (flux_reactor_t *r,
     struct plugin_ctx *ctx = st->ctx;
     char wait[64], note[512], idbuf[32];
 
+    bool kept = st->storage_told && storage_gate_closed (ctx)
+                && (st->state == FLUX_JOB_STATE_PRIORITY
+                    || st->state == FLUX_JOB_STATE_SCHED);
+
     cancel_wait (st);
-    if (st->state != FLUX_JOB_STATE_DEPEND || service_connected (ctx))
+    if (!kept && (st->state != FLUX_JOB_STATE_DEPEND || service_connected (ctx)))
         return;
     format_fsd (ctx->service_wait, wait, sizeof (wait));
-    snprintf (note, sizeof (note),
-              "%s after waiting %s ([dws] service-wait): storage not set up",
-              WAITING_REASON, wait);
+    if (kept)
+        snprintf (note, sizeof (note),
+                  "%s after waiting %s ([dws] service-wait): not scheduled",
+                  STORAGE_REASON, wait);
+    else
+        snprintf (note, sizeof (note),
+                  "%s after waiting %s ([dws] service-wait): storage not set up",
+                  WAITING_REASON, wait);
     flux_log (ctx->h, LOG_WARNING,
               "dws: job %s: %s; raising a dws exception",
               f58 (st->id, idbuf, sizeof (idbuf)), note);
@@ -183,3 +192,94 @@ int reconcile_cb (flux_plugin_t *p,
 }
 
 // vi:ts=4 sw=4 expandtab
+
+/* The storage gate.  With [dws] rabbit-scheduling, a job released early (doc/guide/
+ * admin.rst, "Early release") leaves its ssd parts marked down in Fluxion until its
+ * Teardown is done; Fluxion forgets that when the instance restarts, and only the service
+ * (from the workflows' marks) can mark them down again.  So from the plugin's load until
+ * the service says it has (storage-held), no #DW job goes to the scheduler: every job
+ * that reaches PRIORITY (a job in SCHED at a restart goes back to PRIORITY, see flux-core's
+ * restart.c) is given no priority (FLUX_JOBTAP_PRIORITY_UNAVAIL) and stays there; the
+ * service's storage-held reprioritizes them all.  Only #DW jobs ask for ssd.
+ *
+ * flux-core gives each plugin's job.state.priority and job.priority.get the same output
+ * arguments, in load order, so the last plugin to set a priority wins: this one must be
+ * loaded after any priority plugin (mf_priority).  If one loaded later gives a kept job a
+ * priority anyway, the job's job.state.sched callback sets priority 0 (no alloc request is
+ * made for it, flux-core's alloc.c) and the error is logged, once.
+ */
+bool storage_gate_closed (struct plugin_ctx *ctx)
+{
+    return ctx->rabbit_scheduling && !ctx->storage_held;
+}
+
+int keep_from_scheduler (struct dwsjob *st, flux_plugin_arg_t *args)
+{
+    struct plugin_ctx *ctx = st->ctx;
+    char idbuf[32];
+    int rc;
+
+    f58 (st->id, idbuf, sizeof (idbuf));
+    if (st->state == FLUX_JOB_STATE_SCHED) {
+        if (!ctx->order_warned) {
+            flux_log (ctx->h, LOG_ERR,
+                      "dws: job %s reached SCHED before the flux-dws service held the"
+                      " storage of jobs released early: a plugin loaded after"
+                      " dws-jobtap.so gave it a priority (load dws-jobtap.so after every"
+                      " priority plugin); held at priority 0 until the service does",
+                      idbuf);
+            ctx->order_warned = true;
+        }
+        rc = flux_plugin_arg_pack (args, FLUX_PLUGIN_ARG_OUT, "{s:I}",
+                                   "priority", (json_int_t)FLUX_JOB_PRIORITY_MIN);
+    }
+    else
+        rc = flux_jobtap_priority_unavail (ctx->p, args);
+    if (rc < 0) {
+        flux_log (ctx->h, LOG_ERR, "dws: job %s: keeping it from the scheduler: %s",
+                  idbuf, flux_plugin_arg_strerror (args));
+        return -1;
+    }
+    if (!st->storage_told) {
+        flux_log (ctx->h, LOG_INFO,
+                  "dws: job %s: kept from the scheduler until the flux-dws service has"
+                  " held the storage of jobs released early", idbuf);
+        if (flux_jobtap_event_post_pack (ctx->p, st->id, "dws-waiting",
+                                         "{s:s}", "reason", STORAGE_REASON) < 0)
+            flux_log_error (ctx->h, "dws: job %s: posting dws-waiting", idbuf);
+        st->storage_told = true;
+    }
+    start_wait (st);
+    return 0;
+}
+
+/* storage-held: the service has held down again every ssd part a job released early still
+ * holds (after its first list of the workflows): the kept jobs go on to the scheduler.
+ */
+int storage_held_method (struct plugin_ctx *ctx,
+                         const flux_msg_t *msg,
+                         const char *method,
+                         json_t *payload,
+                         json_t **response,
+                         struct rpc_error *err)
+{
+    if (!ctx->storage_held) {
+        int kept = 0;
+        ctx->storage_held = true;
+        for (struct dwsjob *st = ctx->jobs; st; st = st->next) {
+            if (st->storage_told && st->state != FLUX_JOB_STATE_DEPEND) {
+                cancel_wait (st);
+                kept++;
+            }
+        }
+        if (ctx->rabbit_scheduling)
+            flux_log (ctx->h, LOG_INFO,
+                      "dws: the flux-dws service holds the storage of jobs released"
+                      " early: %d #DW job(s) go on to the scheduler", kept);
+        if (kept > 0 && flux_jobtap_reprioritize_all (ctx->p) < 0)
+            return fail (err, errno, "job-manager.dws.storage-held: reprioritizing: %s",
+                         strerror (errno));
+    }
+    *response = json_object ();
+    return 0;
+}

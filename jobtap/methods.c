@@ -321,6 +321,7 @@ static const struct {
     { "heartbeat", heartbeat_method },
     { "save", save_method },
     { "persistent", persistent_method },
+    { "storage-held", storage_held_method },
 };
 
 /* Whether the request comes from the instance owner (every method is the owner's).

@@ -325,3 +325,40 @@ def test_a_released_job_whose_workflow_vanished_gives_its_parts_back() -> None:
     actions = decide(view, None, EARLY, NOW)
     assert of(actions, rl.ReturnStorage) == [rl.ReturnStorage(SSD)]
     assert isinstance(actions[-1], lc.FinishEpilog)
+
+
+def _listed(annotations: Any, *, deleting: bool = False, ours: bool = True) -> dict[str, Any]:
+    from flux_dws.core.identity import FINALIZER
+
+    meta: dict[str, Any] = {"name": "w", "annotations": annotations}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    meta["finalizers"] = [FINALIZER] if ours else []
+    return {"metadata": meta}
+
+
+def test_held_parts_are_every_released_workflows_paths_but_one_deleted_by_hand():
+    def mark(*paths: str) -> dict[str, str]:
+        return {rl.RELEASE_ANNOTATION: rl.ReleaseMark(ssd=paths).to_annotation()}
+
+    listed = [
+        _listed(mark("/c/r0/ssd1", "/c/r0/ssd0")),
+        _listed(mark("/c/r1/ssd0"), deleting=True),  # ours: Teardown may still be going
+        _listed(mark("/c/r2/ssd0"), deleting=True, ours=False),  # deleted by hand
+        _listed({rl.RELEASE_ANNOTATION: "{junk"}),  # a mark that holds nothing
+        _listed({"other": "x"}),
+        _listed(["not", "a", "mapping"]),
+        {"metadata": "junk"},
+    ]
+    assert rl.held_parts(listed) == ("/c/r0/ssd0", "/c/r0/ssd1", "/c/r1/ssd0")
+
+
+def test_pool_marks_never_mark_a_held_part_up_and_give_back_what_the_rabbit_allows():
+    marks = rl.PoolMarks()
+    paths = ["/c/r0/ssd0", "/c/r0/ssd1", "/c/r0/ssd2"]
+    assert marks.hold(["/c/r0/ssd0"]) == {"/c/r0/ssd0": False}
+    assert marks.hold(["/c/r0/ssd0"]) == {}  # down already
+    assert marks.rabbit("r0", paths, kept=()) == {"/c/r0/ssd1": True, "/c/r0/ssd2": True}
+    assert marks.rabbit("r0", paths, kept=paths) == {"/c/r0/ssd1": False, "/c/r0/ssd2": False}
+    assert marks.give_back(["/c/r0/ssd0"]) == {}  # its rabbit is down: it stays down
+    assert marks.rabbit("r0", paths, kept=["/c/r0/ssd2"])["/c/r0/ssd0"] is True

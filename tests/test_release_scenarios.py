@@ -196,6 +196,51 @@ def test_instance_restart_during_dataout_converges():
         assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"
 
 
+def test_after_an_instance_restart_no_dw_job_is_scheduled_before_the_holds_are_back():
+    """Fluxion forgets, when the instance restarts, that a released job's ssd parts are down.
+    A #DW job queued for that rabbit (in SCHED) goes back to PRIORITY at the restart, and the
+    plugin keeps it there (dws-waiting) until the restarted service has held the parts
+    again: it is not allocated while no service runs, and runs only after the first job's
+    Teardown.  (Before, it went straight back to Fluxion, with the parts up; in this
+    instance Fluxion 0.54 then denied it as unsatisfiable at once, as it does any job
+    pending at the restart, #DW or not.)"""
+    import time
+
+    from conftest import _fluxion_missing
+
+    missing = _fluxion_missing()
+    if missing:
+        pytest.skip(missing)
+    config = {"heartbeat": "1s", "release-nodes": "after-unmount", "rabbit-scheduling": True}
+    delays = {State.DATAOUT: 12.0, State.TEARDOWN: 1.0}
+    big = "#DW jobdw type=xfs capacity=20GiB name=scratch"
+    options = {"persist": True}
+    kw = {"rabbits": RABBITS, "capacity": 36 * 2**30, "realflux": options}
+    with Stack(config, hosts=2, delays=delays, backend="flux", **kw) as stack:
+        first = stack.submit([big, COPY_OUT])
+        assert stack.wait(first, timeout=60).events("dws-release")
+        second = stack.submit(big)
+        stack.flux.wait(second, "SCHED", timeout=60)  # waits for the first one's parts
+        stack.flux.shutdown()
+        stack.flux.service_exit(30)
+        stack.flux.restart()
+        kept_or_run = ("dws-waiting", "alloc")
+        wait_for(lambda: any(map(stack.flux.info(second).events, kept_or_run)), timeout=30)
+        time.sleep(3.0)  # no service yet: the job stays unallocated however long it waits
+        info = stack.flux.info(second)
+        assert not info.events("alloc")
+        assert info.state == "PRIORITY"
+        (waiting,) = info.events("dws-waiting")
+        assert "released early" in waiting["context"]["reason"]
+        stack.flux.start_service()
+        wait_for(lambda: gone(stack, first), timeout=90)
+        info = stack.wait(second, timeout=90)
+        assert info.result == "COMPLETED"
+        teardown = json.loads(stack.saved(first, "dws.release.teardown"))
+        assert teardown["status"] == "done"
+        assert info.events("alloc")[0]["timestamp"] > teardown["at"]
+
+
 def test_service_killed_again_and_again_through_the_release_converges(early):
     """SIGKILL the service every half second while jobs go through PostRun, the release,
     DataOut and Teardown: each job is released once, every workflow ends, both outcomes are
@@ -253,3 +298,46 @@ def test_dataout_is_asked_only_once_flux_holds_the_release():
         stack.service.loop.call_soon(on_done, *answer)
         wait_for(lambda: gone(stack, jobid), timeout=60)
         assert json.loads(stack.saved(jobid, "dws.release.dataout"))["status"] == "done"
+
+
+def test_a_restarted_service_never_marks_a_held_part_up():
+    """A service restarted during a released job's DataOut reads every workflow's release
+    mark before its first health pass: that pass marks the rabbit's pool up but never the part
+    the released job holds (Fluxion would give it to a queued job), which goes up only once
+    Teardown is done.  The workflow list is slowed so that, were the pass not waiting for it,
+    it would come first."""
+    import dataclasses
+
+    from flux_dws.core.release import read_mark
+
+    config = {"heartbeat": "2s", "release-nodes": "after-unmount", "health-interval": "0.5s"}
+    delays = {State.DATAOUT: DATAOUT_SECONDS, State.TEARDOWN: 1.0}
+    held, free = "/cluster/rabbit-0/ssd0", "/cluster/rabbit-0/ssd1"
+    with Stack(config, hosts=2, delays=delays, rabbits=RABBITS) as stack:
+        jobid = stack.submit([JOBDW, COPY_OUT])
+        assert stack.wait(jobid).events("dws-release")
+        stack.kill_service()
+        # as a Fluxion-scheduled release leaves it: the mark names the part, held down
+        wf = workflow_of(stack, jobid)
+        meta = wf["metadata"]
+        mark = read_mark(meta["annotations"])
+        assert mark is not None and wf["spec"]["desiredState"] == "DataOut"
+        meta["annotations"][RELEASE_ANNOTATION] = dataclasses.replace(
+            mark, ssd=(held,)
+        ).to_annotation()
+        stack.api.store.replace("workflows", meta["namespace"], meta["name"], wf)
+        stack.flux.fluxion = True  # the next service's nodes see Fluxion loaded
+        fluxion = stack.flux.ssd
+        fluxion.parts = {"rabbit-0": (held, free)}
+        fluxion.vertices.update({held: False, free: True})
+        stack.api.faults.set(latency=2.0, plurals=["workflows"], verbs=["list"])
+        service = stack.start_service()
+        wait_for(lambda: service.listed, timeout=30)
+        stack.api.faults.clear()
+        wait_for(lambda: service.health.passes >= 1, timeout=30)
+        assert (free, True) in fluxion.set_status  # the pass marked the pool up...
+        assert fluxion.vertices[held] is False  # ...but not the held part
+        wait_for(lambda: gone(stack, jobid), timeout=60)
+        ups = [up for path, up in fluxion.set_status if path == held]
+        assert ups[0] is False and ups[-1] is True and ups == sorted(ups)  # up only at the end
+        assert json.loads(stack.saved(jobid, "dws.release.teardown"))["status"] == "done"

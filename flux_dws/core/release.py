@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
-from flux_dws.core.identity import GROUP
+from flux_dws.core.identity import FINALIZER, GROUP
 
 #: The workflow annotation that says its job's nodes went back early, and what is still held.
 RELEASE_ANNOTATION = f"{GROUP}/released"
@@ -151,13 +152,71 @@ class RecordRelease:
         object.__setattr__(self, "outcome", FrozenMap(dict(self.outcome)))
 
 
+def held_parts(workflows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Every ssd path a released workflow still holds down, from the workflow objects as
+    listed (one that flux-dws cannot otherwise read included): what a (re)started service
+    holds again before any health pass may mark a rabbit's pool up.
+
+    A workflow deleted outside flux-dws (being deleted, our finalizer gone) holds nothing: its
+    job's decisions give nothing back either (doc/guide/admin.rst, "Early release").  A mark
+    whose paths remain held after Teardown is harmless: ReturnStorage gives them back."""
+    paths: set[str] = set()
+    for obj in workflows:
+        meta = untrusted.mapping(obj.get("metadata"))
+        finalizers = untrusted.sequence(meta.get("finalizers"))
+        if meta.get("deletionTimestamp") and FINALIZER not in finalizers:
+            continue
+        annotations = untrusted.mapping(meta.get("annotations"))
+        mark = read_mark({k: v for k, v in annotations.items() if isinstance(v, str)})
+        if mark is not None:
+            paths.update(mark.ssd)
+    return tuple(sorted(paths))
+
+
+def _rabbit_of(path: str) -> str:
+    """``/<cluster>/<rabbit>/ssd<N>`` -> ``<rabbit>``."""
+    return posixpath.basename(posixpath.dirname(path))
+
+
+class PoolMarks:
+    """Which ssd vertices to mark up or down in Fluxion, combining the health monitor's marks
+    of each rabbit (down, or up but some parts kept for capacity drift) with the parts held
+    for released jobs.  A held part stays down whatever its rabbit, and a part given back
+    stays down while its rabbit keeps it.  Pure bookkeeping: each method answers the
+    ``set_status`` calls to make (path -> up); the adapters make them."""
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()  # ssd paths held for released jobs
+        self.kept: dict[str, frozenset[str]] = {}  # rabbit -> paths its marking keeps down
+
+    def rabbit(self, rabbit: str, paths: Sequence[str], kept: Iterable[str]) -> dict[str, bool]:
+        """The rabbit is marked: ``kept`` of its ``paths`` down, the others up, but never a
+        held part (it is down already and stays so)."""
+        self.kept[rabbit] = frozenset(kept)
+        return {p: p not in self.kept[rabbit] for p in paths if p not in self.held}
+
+    def hold(self, paths: Iterable[str]) -> dict[str, bool]:
+        """Hold ``paths`` down; those held already are down already (nothing to send)."""
+        fresh = {p: False for p in paths if p not in self.held}
+        self.held.update(fresh)
+        return fresh
+
+    def give_back(self, paths: Iterable[str]) -> dict[str, bool]:
+        """Teardown is over: ``paths`` up again, but those their rabbit keeps down."""
+        paths = list(paths)
+        self.held.difference_update(paths)
+        return {p: True for p in paths if p not in self.kept.get(_rabbit_of(p), ())}
+
+
 __all__ = [
     "RELEASE_ANNOTATION",
     "RELEASE_KEY",
     "HoldStorage",
     "MarkReleased",
+    "PoolMarks",
     "RecordRelease",
     "ReleaseMark",
     "ReturnStorage",
+    "held_parts",
     "read_mark",
 ]

@@ -109,6 +109,11 @@ class JobManager:
         """Set user annotations on the job (``flux jobs -o '{user.KEY}'``)."""
         self._rpc("memo", {"id": jobid, "memo": dict(memo)}, on_done)
 
+    def storage_held(self, on_done: Callback) -> None:
+        """Tell the plugin the ssd parts of jobs released early are held again in Fluxion, so
+        it lets #DW jobs go on to the scheduler (doc/protocol.rst, storage-held)."""
+        self._rpc("storage-held", {}, on_done)
+
     def persistent(self, snapshot: Mapping[str, Any], on_done: Callback) -> None:
         """Give the plugin the persistent storage it checks persistentdw against at submit
         (flux_dws.core.persistent.pushed_snapshot; it replaces the last one)."""

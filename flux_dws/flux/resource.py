@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -34,6 +33,7 @@ from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.hostlist import expand_idset
 from flux_dws.core.rabbits import node_paths, parts_to_hold, ssd_parts
+from flux_dws.core.release import PoolMarks
 from flux_dws.core.softdrain import BADRABBIT, BADRABBIT_VALUE
 
 log = logging.getLogger("flux-dws")
@@ -152,8 +152,7 @@ class FluxNodes:
         self._parts: Mapping[str, tuple[tuple[str, int], ...]] = {}  # rabbit -> ssd (path, GiB)
         self._asked_fluxion = False  # its graph was read once (find), whatever it held
         self._unplaced: set[str] = set()
-        self._held: set[str] = set()  # ssd paths held for released jobs (core.release)
-        self._kept: dict[str, frozenset[str]] = {}  # rabbit -> paths its marking keeps down
+        self._marks = PoolMarks()  # rabbits' marks and released jobs' holds (core.release)
         self._nodes: Mapping[str, str] = {}  # host -> its node vertex's path (soft drain)
         self._pathless: set[str] = set()  # hosts without a node vertex, logged once
 
@@ -237,23 +236,12 @@ class FluxNodes:
                 log.info("rabbit %s has no ssd vertex in R's graph: not marked in Fluxion", rabbit)
             on_done(None)
             return
-        kept = frozenset(paths) if not up else frozenset(parts_to_hold(parts, hold))
-        self._kept[rabbit] = kept
-        # parts held for a released job are down already, and stay so whatever the rabbit
-        wanted = {p: p not in kept for p in paths if p not in self._held}
-        self._set_status(wanted, on_done)
+        kept = paths if not up else parts_to_hold(parts, hold)
+        self._set_status(self._marks.rabbit(rabbit, paths, kept), on_done)
 
     def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
-        if hold:  # once per service: paths already held here are down already
-            fresh = {p: False for p in paths if p not in self._held}
-            self._held.update(paths)
-            self._set_status(fresh, on_done)
-            return
-        self._held.difference_update(paths)
-        rabbit = posixpath.basename  # /<cluster>/<rabbit>/ssd<N>: the parent's name
-        kept = self._kept.get
-        free = {p: True for p in paths if p not in kept(rabbit(posixpath.dirname(p)), ())}
-        self._set_status(free, on_done)
+        marks = self._marks.hold(paths) if hold else self._marks.give_back(paths)
+        self._set_status(marks, on_done)
 
     def mark_nodes(self, hosts: Sequence[str], bad: bool, on_done: Done) -> None:
         if not self._nodes and not self._asked_fluxion and self._fluxion is not False:

@@ -18,6 +18,11 @@ nodes a rabbit drain would take (its rabbit, or their link to it, down) get Flux
 (level-triggered), and one runs every ``health-interval`` even when nothing was seen to change,
 so a restarted service (or a missed change) converges on the next pass, and a pass that fails
 is simply repeated on the next one.  Passes never overlap.
+
+No pass runs before the service has read every workflow (``hold_first``): a pass marks
+rabbits' pools up, and the ssd parts that released jobs hold until their Teardown is done
+(flux_dws.core.release) are known only from the workflows' marks.  They are held down first,
+so no pass ever marks one up, even for an instant (Fluxion would give it to a queued job).
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ class HealthMonitor:
         self._storages: dict[str, dict] = {}  # Storage name -> the object (capacity drift)
         self._servers: dict[str, dict] = {}  # namespace/name -> every Servers (capacity drift)
         self._listed: set[str] = set()  # watches that listed once; passes run after both
+        self._holds_known = False  # released jobs' parts are held (hold_first): passes may run
         self._watches = (
             StorageWatch(
                 kube,
@@ -146,10 +152,27 @@ class HealthMonitor:
         if self._ready and not was:
             self.poke()
 
+    def hold_first(self, paths: Sequence[str], done: Callable[[str | None], None]) -> None:
+        """The service has read every workflow's release mark: hold ``paths`` (every ssd part
+        a released job holds, core.release.held_parts) down, and only then let passes run.
+        ``done`` gets the marking's error, or None; passes run either way (a part that could
+        not be marked is still never marked up by a pass, and its job's decisions retry)."""
+
+        def held(error: str | None) -> None:
+            if error is not None:
+                log.warning("holding released jobs' ssd parts: %s", readable(error))
+            first = not self._holds_known
+            self._holds_known = True
+            if first:
+                self.poke()
+            done(error)
+
+        self.nodes.hold_parts(paths, True, held)
+
     def poke(self) -> None:
         """Run a pass now (or right after the one in flight)."""
-        if self._stopped or not self._ready:
-            return  # before the first lists: the first pass follows them
+        if self._stopped or not self._ready or not self._holds_known:
+            return  # before the first lists and holds: the first pass follows them
         if self._running:
             self._again = True
             return

@@ -150,3 +150,57 @@ def record_release(
         x.jm.save(jobid, key, value, stored)
 
     x.worker.submit(read, on_done=settle)
+
+
+class StorageHeld:
+    """Tells the jobtap plugin that the ssd parts of jobs released early are held again in
+    Fluxion (``storage-held``, doc/protocol.rst), so it lets the #DW jobs it kept from the
+    scheduler since its load go on (after an instance restart, Fluxion has those parts up
+    until the service marks them down; jobtap/holds.c).
+
+    Said once the parts are held after the first workflow list (``holds_ready``), and again
+    after every snapshot (a reloaded plugin starts with its gate closed); a failed request is
+    tried again every ``[dws] heartbeat`` until answered.  A plugin without the method
+    (ENOSYS) keeps no job back: nothing to tell it."""
+
+    def __init__(self, *, loop: Any, jm: Any, every: float) -> None:
+        self.loop = loop
+        self.jm = jm
+        self.every = every
+        self.ready = False  # the parts are held (or nothing can be marked)
+        self.synced = False  # the plugin's snapshot has arrived since the last telling
+        self.told = False  # the plugin answered since its last snapshot
+        self._retry: Any = None
+        self._stopped = False
+
+    def holds_ready(self) -> None:
+        self.ready = True
+        self._tell()
+
+    def snapshot(self) -> None:
+        self.synced, self.told = True, False
+        self._tell()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._retry is not None:
+            self._retry.cancel()
+
+    def _tell(self) -> None:
+        if self._stopped or not (self.ready and self.synced) or self.told:
+            return
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
+        def answered(_response: Any, error: RpcError | None) -> None:
+            if error is None or error.errnum == errno.ENOSYS:
+                if error is None:
+                    log.info("told the plugin that released jobs' storage is held again")
+                self.told = True
+                return
+            log.warning("telling the plugin released jobs' storage is held: %s", error)
+            if not self._stopped:
+                self._retry = self.loop.call_later(self.every, self._tell)
+
+        self.jm.storage_held(answered)

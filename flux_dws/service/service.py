@@ -33,6 +33,7 @@ from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.lifecycle import JobPhase
 from flux_dws.core.policy import Policy
 from flux_dws.core.reconcile import startup_order
+from flux_dws.core.release import held_parts
 from flux_dws.core.window import ProposalWindow
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import JobManager
@@ -48,6 +49,7 @@ from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.persistentpush import PersistentPush
 from flux_dws.service.presence import Presence
+from flux_dws.service.release import StorageHeld
 from flux_dws.service.upkeep import Upkeep
 
 log = logging.getLogger("flux-dws")
@@ -109,6 +111,8 @@ class Service:
             self.health = HealthMonitor(
                 policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
             )
+        # the plugin keeps #DW jobs from the scheduler until told (service.release)
+        self.held = StorageHeld(loop=loop, jm=jobmanager, every=policy.heartbeat)
         # persistent storage for the plugin's submit check (service.persistentpush)
         self.persistent = PersistentPush(policy=policy, loop=loop, kube=kube, jm=jobmanager)
         # the pods and NnfDataMovements the job's records read, watched (k8s.recordcache)
@@ -173,6 +177,7 @@ class Service:
         self.presence.stop()
         self.persistent.stop()
         self.records.stop()
+        self.held.stop()
         if self._watch:
             self._watch.stop()
         if self.health is not None:
@@ -216,6 +221,7 @@ class Service:
             if not self.synced:
                 log.info("job snapshot: %d #DW job(s) held by the plugin", len(records))
             self.synced = True
+            self.held.snapshot()
         seen = time.monotonic()
         for record in records:
             tracked = self._tracked(int(record["id"]))
@@ -238,6 +244,11 @@ class Service:
             return
         self.listed = True
         log.info("workflow list: %d workflow(s) of this instance", self._count_workflows())
+        if self.health is not None:  # before any pass may mark a pool up (healthwatch)
+            listed = (t.raw for t in self.jobs.values() if t.raw is not None)
+            self.health.hold_first(held_parts(listed), lambda _e: self.held.holds_ready())
+        else:
+            self.held.holds_ready()  # nothing of Fluxion is ours to mark
         self._kick_all()
 
     def _count_workflows(self) -> int:

@@ -37,7 +37,7 @@ from flux_dws.testing.fakeflux.jobs import (
     state_rank,
     wait_status,
 )
-from flux_dws.testing.fakeflux.nodes import DrainSet, FakeNodes
+from flux_dws.testing.fakeflux.nodes import DrainSet, FakeNodes, SsdVertices
 from flux_dws.testing.fakeflux.plugin import DwsPlugin
 
 log = logging.getLogger("flux-dws.testing.fakeflux.manager")
@@ -97,6 +97,7 @@ class FakeFlux:
         # what a Fluxion would hold across service restarts: hosts with the badrabbit property
         self.badrabbit: set[str] = set()
         self.fluxion = False  # each service's FakeNodes starts with this (a test may set it)
+        self.ssd = SsdVertices()  # what a Fluxion would hold of the rabbits' ssd vertices
         self._ids = FluidGenerator(clock())
         self._plugin = DwsPlugin(self)
         self._sched_pending = False

@@ -23,12 +23,14 @@ import errno
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flux_dws.base.hostlist import HostlistError, encode_idset, expand_idset
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import echo, readable
+from flux_dws.core.rabbits import parts_to_hold
+from flux_dws.core.release import PoolMarks
 from flux_dws.flux.resource import Done, NodeStatus
 
 MODES = (None, "update", "overwrite", "force-overwrite")
@@ -121,6 +123,18 @@ class DrainSet:
         return NodeStatus(dict(enumerate(self.hosts)), drained, frozenset(self.offline))
 
 
+@dataclass
+class SsdVertices:
+    """A Fluxion's rabbits' ssd vertices, kept by the instance (not by a service: a restarted
+    service finds them as it left them): ``parts`` (rabbit -> ssd paths of 1 GiB each, set by
+    a test), each path's status (up: True) and every ``set_status`` in order, as FluxNodes
+    sends it.  Marked only while FakeFlux.fluxion says Fluxion is loaded."""
+
+    parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    vertices: dict[str, bool] = field(default_factory=dict)
+    set_status: list[tuple[str, bool]] = field(default_factory=list)
+
+
 class FakeNodes:
     """NodeControl for a service on ``client_loop``, acting on fakeflux's DrainSet."""
 
@@ -130,10 +144,20 @@ class FakeNodes:
         self.rabbits: dict[str, bool] = {}  # what a Fluxion would hold: rabbit -> up
         self.held: dict[str, int] = {}  # rabbit -> bytes its pool keeps down (capacity drift)
         self.fluxion = flux.fluxion  # fakeflux has no Fluxion unless a test says so
-        self.parts_held: set[str] = set()  # ssd paths a released job holds down (core.release)
         # hosts with Fluxion's badrabbit property (soft drain): fakeflux's, kept across services
         self.badrabbit: set[str] = flux.badrabbit
         self.property_calls = 0  # set_property / remove_property requests a Fluxion would get
+        self._marks = PoolMarks()  # this service's, as FluxNodes keeps them
+
+    @property
+    def parts_held(self) -> set[str]:
+        """ssd paths a released job holds down (core.release)."""
+        return self._marks.held
+
+    def _send(self, wanted: dict[str, bool]) -> None:
+        if self.fluxion:
+            self.flux.ssd.vertices.update(wanted)
+            self.flux.ssd.set_status.extend(wanted.items())
 
     def _call(self, fn: Callable[[], Any], on_done: Callable[[Any, str | None], None]) -> None:
         def run() -> None:
@@ -164,13 +188,13 @@ class FakeNodes:
             return
         self.rabbits[rabbit] = up
         self.held[rabbit] = hold if up else 0
+        paths = self.flux.ssd.parts.get(rabbit, ())
+        kept = paths if not up else parts_to_hold([(p, 1) for p in paths], hold)
+        self._send(self._marks.rabbit(rabbit, paths, kept))
         on_done(None)
 
     def hold_parts(self, paths: Sequence[str], hold: bool, on_done: Done) -> None:
-        if hold:
-            self.parts_held.update(paths)
-        else:
-            self.parts_held.difference_update(paths)
+        self._send(self._marks.hold(paths) if hold else self._marks.give_back(paths))
         on_done(None)
 
     def mark_nodes(self, hosts: Sequence[str], bad: bool, on_done: Done) -> None:

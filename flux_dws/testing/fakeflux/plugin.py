@@ -207,7 +207,12 @@ class DwsPlugin:
             "heartbeat": self._heartbeat,
             "save": self._save,
             "persistent": self._persistent,
+            "storage-held": self._storage_held,
         }
+        # Whether the service said storage-held since the load.  fakeflux has no Fluxion to
+        # forget the holds, so it keeps no job from its scheduler for it (the real plugin's
+        # gate, jobtap/holds.c, is tested on real Flux: tests/test_release_scenarios.py).
+        self.storage_held = False
         self._storage: dict[str, dict[str, Any]] | None = None  # the service's, or none yet
         self._unknown = ""
 
@@ -528,6 +533,11 @@ class DwsPlugin:
         if job.state == "INACTIVE":
             raise RpcError(errno.ENOENT, f"job {job_text(job.id)} is not held by the dws plugin")
         self.jm.post_event(job, name, context)
+        return {}
+
+    def _storage_held(self, req: Request) -> dict[str, Any]:
+        """The service holds the ssd parts of jobs released early again (doc/protocol.rst)."""
+        self.storage_held = True
         return {}
 
     def _persistent(self, req: Request) -> dict[str, Any]:
