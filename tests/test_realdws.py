@@ -1,10 +1,14 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """The lifecycle against the real DWS: HPE's DWS manager and DWS's test driver on kubeapi.
 
-Every scenario runs twice, on dwssim ("sim") and on the real DWS ("real", where the binaries
-are built: flux_dws.testing.realdws says where they are looked for), and must end the same
-way on both: what the real one does is what dwssim is held to.  Test-driver directives
-(``#DW <State> action=complete|wait|error``) need no NNF driver, so none runs.
+Every scenario runs three times, on dwssim ("sim") and on the real DWS ("real", where the
+binaries are built: flux_dws.testing.realdws says where they are looked for) with fakeflux,
+and on the real DWS under real Flux ("real-flux", where flux-core is installed too: its
+job-manager, the dws jobtap plugin and the service as a process, so a kill is a SIGKILL).
+All must end the same way: what the real one does is what dwssim is held to.  Every case
+runs on real Flux, as each takes about a second there (the burst of fifty, about forty).
+Test-driver directives (``#DW <State> action=complete|wait|error``) need no NNF driver, so
+none runs.
 """
 
 from __future__ import annotations
@@ -17,18 +21,26 @@ from flux_dws.core.identity import workflow_name
 from flux_dws.core.states import State
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.realdws import real_dws_problem
+from flux_dws.testing.realflux import real_flux_problem
 from flux_dws.testing.stack import Stack
 
 STATES = list(State)
 BEFORE_TEARDOWN = STATES[:-1]
+# Under real Flux the service's heartbeat is what the jobtap plugin waits on after a SIGKILL.
+CONFIG = {"fake": {}, "flux": {"heartbeat": "2s"}}
 
 
-@pytest.fixture(scope="module", params=["sim", "real"])
+@pytest.fixture(scope="module", params=["sim", "real", "real-flux"])
 def dws(request):
-    """One stack per DWS: dwssim's controller, or the real DWS manager and test driver."""
-    if request.param == "real" and real_dws_problem():
-        pytest.skip(real_dws_problem())
-    with Stack(hosts=4, dws=request.param) as running:
+    """One stack per DWS and job-manager: dwssim's controller or the real DWS manager and
+    test driver, with fakeflux; and the real DWS under a real Flux instance (flux-core's
+    job-manager, the dws jobtap plugin, the service as a process of its own)."""
+    which, _, flux = request.param.partition("-")
+    problem = (which == "real" and real_dws_problem()) or (flux and real_flux_problem())
+    if problem:
+        pytest.skip(problem)
+    backend = "flux" if flux else "fake"
+    with Stack(hosts=4, dws=which, backend=backend, config=CONFIG[backend]) as running:
         yield running
 
 
