@@ -20,27 +20,21 @@ import pytest
 from flux_dws.core.identity import workflow_name
 from flux_dws.core.states import State
 from flux_dws.testing.kubeapi import ApiError
-from flux_dws.testing.realdws import real_dws_problem
-from flux_dws.testing.realflux import real_flux_problem
+from flux_dws.testing.realdws import BACKENDS, backend_options, backend_problem
 from flux_dws.testing.stack import Stack
 
 STATES = list(State)
 BEFORE_TEARDOWN = STATES[:-1]
-# Under real Flux the service's heartbeat is what the jobtap plugin waits on after a SIGKILL.
-CONFIG = {"fake": {}, "flux": {"heartbeat": "2s"}}
 
 
-@pytest.fixture(scope="module", params=["sim", "real", "real-flux"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def dws(request):
     """One stack per DWS and job-manager: dwssim's controller or the real DWS manager and
     test driver, with fakeflux; and the real DWS under a real Flux instance (flux-core's
     job-manager, the dws jobtap plugin, the service as a process of its own)."""
-    which, _, flux = request.param.partition("-")
-    problem = (which == "real" and real_dws_problem()) or (flux and real_flux_problem())
-    if problem:
-        pytest.skip(problem)
-    backend = "flux" if flux else "fake"
-    with Stack(hosts=4, dws=which, backend=backend, config=CONFIG[backend]) as running:
+    if backend_problem(request.param):
+        pytest.skip(backend_problem(request.param))
+    with Stack(hosts=4, **backend_options(request.param)) as running:
         yield running
 
 
@@ -66,22 +60,8 @@ def note(info) -> str:
 def assert_clean(stack, info) -> None:
     """The job holds nothing and its workflow (and the Computes DWS made) are gone."""
     assert info.state == "INACTIVE" and not info.holds, info.holds
-    name = workflow_name(stack.identity, info.id)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        left = [plural for plural in ("workflows", "computes") if _exists(stack, plural, name)]
-        if not left:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"left behind for {name}: {left}")
-
-
-def _exists(stack, plural: str, name: str) -> bool:
-    try:
-        stack.api.store.get(plural, stack.policy.namespace, name)
-    except ApiError:
-        return False
-    return True
+    left = stack.left_behind(info.id)
+    assert not left, f"left behind for {workflow_name(stack.identity, info.id)}: {left}"
 
 
 def complete_waiting_driver(stack, jobid: int, state: State) -> None:

@@ -36,7 +36,9 @@ from flux_dws.core.storage import (
     SINGLE_SERVER,
     STRATEGIES,
     AllocationNeed,
+    ComputeLayout,
     StorageError,
+    compute_layout,
     jobspec_storage,
     needs_from_breakdowns,
     plan_servers,
@@ -439,8 +441,50 @@ def test_a_job_without_storage_needs_no_rabbit() -> None:
 
 
 def test_a_storage_job_on_a_node_no_rabbit_serves_says_why() -> None:
-    with pytest.raises(StorageError, match="no rabbit serves compute node external-1.*external"):
-        plan_servers([need("xfs", PER_COMPUTE, GIB)], ["external-1"], {})
+    with pytest.raises(StorageError, match="no rabbit serves compute node c9: .*computesAccess"):
+        plan_servers([need("xfs", PER_COMPUTE, GIB)], ["c9"], {})
+
+
+# ---- externalComputeNodes: compute nodes no rabbit is attached to ----------------------------
+
+
+def test_the_layout_reads_external_compute_nodes_and_an_attached_node_stays_attached() -> None:
+    config = system_configuration({"rabbit-1": ["c1"]}, external=["x1", "c1"])
+    config["spec"]["externalComputeNodes"] += [{"name": ""}, "x2", {"name": 3}]
+    layout = compute_layout(config)
+    assert layout == ComputeLayout({"c1": "rabbit-1"}, frozenset({"x1"}))
+    assert layout.covers(["c1", "x1"]) and not layout.covers(["c1", "x2"])
+    assert compute_layout(None) == ComputeLayout({}) and not compute_layout(None).covers(["c1"])
+
+
+@pytest.mark.parametrize("label,strategy", [("xfs", PER_COMPUTE), ("raw", PER_SERVER)])
+def test_storage_other_than_lustre_on_an_external_node_is_refused_naming_it(
+    label: str, strategy: str
+) -> None:
+    with pytest.raises(StorageError) as refused:
+        plan_servers([need(label, strategy, GIB)], ["c1", "x1"], {"c1": "r1"}, external={"x1"})
+    assert str(refused.value) == (
+        "compute node x1 is one of the SystemConfiguration's externalComputeNodes: no rabbit"
+        f" is attached to it, so it cannot have {label} storage (only Lustre reaches it)"
+    )
+
+
+def test_lustre_reaches_external_nodes_and_sits_on_the_rabbits_of_the_others() -> None:
+    """nnf-sos mounts Lustre on every client over the network (mapClientNetworkStorage): the
+    targets go on the rabbits of the job's attached nodes, sized over those nodes alone."""
+    rabbits = {"c1": "r1", "c2": "r1", "c3": "r2"}
+    hosts = ["c1", "x1", "c2", "c3", "x2"]
+    plan = plan_servers(lustre(30 * GIB), hosts, rabbits, external={"x1", "x2"})
+    assert plan == plan_servers(lustre(30 * GIB), ["c1", "c2", "c3"], rabbits)
+    ost = plan[SERVERS][0]
+    assert {e["name"] for e in ost["storage"]} == {"r1", "r2"}
+    assert sum(e["allocationCount"] for e in ost["storage"]) * ost["allocationSize"] >= 30 * GIB
+
+
+def test_lustre_with_every_node_external_has_no_rabbit_to_sit_on() -> None:
+    with pytest.raises(StorageError, match=r"^every compute node of the job \(x1 and 1 more\)"):
+        plan_servers(lustre(GIB), ["x1", "x2"], {"c1": "r1"}, external={"x1", "x2"})
+    assert plan_servers([], ["x1"], {}, external={"x1"}) == {}
 
 
 @pytest.fixture

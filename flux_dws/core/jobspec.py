@@ -25,6 +25,7 @@ from flux_dws.core.directives import Directive, parse_size
 from flux_dws.core.rabbits import GIB, SSD_TYPE
 from flux_dws.core.storage import (
     JOBSPEC_STORAGE_KEY,
+    LUSTRE_LABELS,
     PER_COMPUTE,
     AllocationNeed,
     StorageError,
@@ -35,7 +36,6 @@ from flux_dws.core.storage import (
 
 #: File-system types a site may bound, and the allocation-set labels that count as each.
 FS_TYPES = ("xfs", "gfs2", "raw", "lustre")
-LUSTRE_LABELS = frozenset({"ost", "mdt", "mgt", "mgtmdt"})
 #: The label of the slot that pairs a node with its SSD share.
 RABBIT_SLOT = "rabbit"
 

@@ -10,7 +10,7 @@ serve each allocation set by writing the Servers resource (dws-api.md section 2)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ PER_SERVER = "AllocatePerServer"
 ACROSS_SERVERS = "AllocateAcrossServers"
 SINGLE_SERVER = "AllocateSingleServer"
 STRATEGIES = (PER_COMPUTE, PER_SERVER, ACROSS_SERVERS, SINGLE_SERVER)
+#: The allocation-set labels of a Lustre file system (nnf-sos's targets).
+LUSTRE_LABELS = frozenset({"ost", "mdt", "mgt", "mgtmdt"})
 
 #: The jobspec key flux-dws sets when it releases a job's dependency.
 JOBSPEC_STORAGE_KEY = "attributes.system.dw_storage"
@@ -182,11 +184,37 @@ def add_sizes(total: int, size: int, what: str) -> int:
 
 def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]:
     """compute hostname -> rabbit name, from a DWS SystemConfiguration."""
+    return compute_layout(system_configuration).rabbits
+
+
+@dataclass(frozen=True)
+class ComputeLayout:
+    """What DWS's SystemConfiguration says of the compute nodes.
+
+    ``rabbits``: each attached node's rabbit (``storageNodes[].computesAccess``).
+    ``external``: its ``externalComputeNodes``, nodes "not directly matched with any of the
+    StorageNodes".  DWS's controllers treat them as any compute (Computes just lists names);
+    nnf-sos makes each a namespace for its ClientMounts, and mounts Lustre on them over the
+    network, but a per-compute file system (xfs, gfs2, raw) needs the node's own rabbit.
+    """
+
+    rabbits: dict[str, str]
+    external: frozenset[str] = frozenset()
+
+    def covers(self, hosts: Sequence[str]) -> bool:
+        """Does this say something of every one of ``hosts``?"""
+        return all(h in self.rabbits or h in self.external for h in hosts)
+
+
+def compute_layout(system_configuration: Mapping[str, Any] | None) -> ComputeLayout:
+    """The :class:`ComputeLayout` of a DWS SystemConfiguration (none: an empty layout).
+
+    A node both attached and listed external is attached: it has a rabbit."""
     mapping: dict[str, str] = {}
     config = untrusted.mapping(system_configuration)
     spec = config.get("spec")
-    nodes = spec.get("storageNodes") if isinstance(spec, Mapping) else None
-    for node in untrusted.sequence(nodes):  # a malformed entry serves nothing
+    spec = spec if isinstance(spec, Mapping) else {}
+    for node in untrusted.sequence(spec.get("storageNodes")):  # a malformed entry serves nothing
         if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
             continue
         accesses = node.get("computesAccess")
@@ -194,7 +222,12 @@ def rabbit_map(system_configuration: Mapping[str, Any] | None) -> dict[str, str]
             name = access.get("name") if isinstance(access, Mapping) else None
             if isinstance(name, str) and name and node["name"]:
                 mapping[name] = node["name"]
-    return mapping
+    external = set()
+    for node in untrusted.sequence(spec.get("externalComputeNodes")):
+        name = node.get("name") if isinstance(node, Mapping) else None
+        if isinstance(name, str) and name and name not in mapping:
+            external.add(name)
+    return ComputeLayout(mapping, frozenset(external))
 
 
 def plan_servers(
@@ -202,6 +235,7 @@ def plan_servers(
     hosts: Sequence[str],
     rabbits: Mapping[str, str],
     min_allocation: Mapping[str, int] | None = None,
+    external: Collection[str] = frozenset(),
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Servers (namespace, name) -> spec.allocationSets, for a job on ``hosts``.
 
@@ -215,6 +249,9 @@ def plan_servers(
     - AllocateSingleServer: exactly one, on the rabbit with the most of the job's nodes;
     - AllocatePerServer: one on each of the job's rabbits.
     ``min_allocation`` (label -> bytes) raises every allocation to the site's minimum.
+    ``external`` are DWS's externalComputeNodes (:class:`ComputeLayout`): no rabbit of theirs
+    holds anything, so storage other than Lustre is refused on them, and Lustre goes on the
+    rabbits of its other nodes, as nnf-sos mounts Lustre on external nodes over the network.
     What this puts on each rabbit never exceeds what :func:`reserve_per_node` had Fluxion
     reserve there.  A job with no allocation sets (``#DW container``, test-driver directives)
     needs no rabbit and gets no Servers.
@@ -223,15 +260,20 @@ def plan_servers(
         return {}
     if not hosts:
         raise StorageError("the job has no compute nodes to place storage near")
-    missing = [h for h in hosts if h not in rabbits]
+    missing = [h for h in hosts if h not in rabbits and h not in external]
     if missing:
         raise StorageError(
             f"no rabbit serves compute node {untrusted.text(missing[0], ECHO_LIMIT)}: the "
-            "SystemConfiguration lists it under no rabbit's computesAccess (an "
-            "externalComputeNode has none), so it cannot have #DW storage"
+            "SystemConfiguration lists it under no rabbit's computesAccess, so it cannot have"
+            " #DW storage"
         )
+    outside = [h for h in hosts if h not in rabbits]
+    if outside:
+        _refuse_external(needs, hosts, outside)
     per_rabbit: dict[str, int] = {}
     for host in hosts:
+        if host not in rabbits:
+            continue
         per_rabbit[rabbits[host]] = per_rabbit.get(rabbits[host], 0) + 1
     for rabbit in sorted(per_rabbit):
         problem = untrusted.object_name_problem(rabbit, "rabbit name")
@@ -242,7 +284,7 @@ def plan_servers(
     plan: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for need in needs:
         floor = (min_allocation or {}).get(need.label, 0)
-        storage, size = _placement(need, per_rabbit, ranked, len(hosts), floor)
+        storage, size = _placement(need, per_rabbit, ranked, len(hosts) - len(outside), floor)
         allocations = sum(entry["allocationCount"] for entry in storage)
         if size * allocations > MAX_BYTES:  # nnf-sos adds them up in an int64
             raise StorageError(
@@ -253,6 +295,28 @@ def plan_servers(
             {"label": need.label, "allocationSize": size, "storage": storage}
         )
     return plan
+
+
+def _refuse_external(
+    needs: Sequence[AllocationNeed], hosts: Sequence[str], outside: Sequence[str]
+) -> None:
+    """StorageError unless the job's storage can be had on externalComputeNodes ``outside``:
+    only Lustre's sets, and only with one node of the job on a rabbit to hold them."""
+    node = untrusted.text(outside[0], ECHO_LIMIT)
+    for need in needs:
+        if need.label not in LUSTRE_LABELS:  # nnf-sos mounts only Lustre over the network
+            raise StorageError(
+                f"compute node {node} is one of the SystemConfiguration's"
+                f" externalComputeNodes: no rabbit is attached to it, so it cannot have"
+                f" {untrusted.text(need.label, ECHO_LIMIT)} storage (only Lustre reaches it)"
+            )
+    if len(outside) == len(hosts):
+        raise StorageError(
+            f"every compute node of the job ({node}"
+            f"{f' and {len(outside) - 1} more' if len(outside) > 1 else ''}) is one of the"
+            " SystemConfiguration's externalComputeNodes: no rabbit near the job can hold"
+            " its storage"
+        )
 
 
 def _placement(

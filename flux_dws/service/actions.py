@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flux_dws.base.hostlist import encode_hostlist
@@ -28,7 +28,7 @@ from flux_dws.core.messages import failure_note
 from flux_dws.core.persistent import persistent_names
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
-from flux_dws.core.storage import StorageError, needs_from_breakdowns, plan_servers
+from flux_dws.core.storage import ComputeLayout, StorageError, needs_from_breakdowns, plan_servers
 from flux_dws.k8s import KubeClient, WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.service.executor import ActionExecutor
@@ -101,10 +101,11 @@ def set_desired_state(
     def patch() -> Any:
         if action.assign:  # one worker job: the state change follows without a loop trip
             assert proposal is not None
-            allocated = dict(action.rabbits)
-            if not allocated and rabbits is not None:
-                allocated = sent["rabbits"] = dict(rabbits())
-            _assign_nodes(x.kube, wf.name, proposal, action.assign, allocated, x.policy)
+            layout = ComputeLayout(dict(action.rabbits))  # those Fluxion allocated, if any
+            if not layout.rabbits and rabbits is not None:
+                layout = sent["rabbits"] = rabbits()
+            allocated = dict(layout.rabbits)
+            _assign_nodes(x.kube, wf.name, proposal, action.assign, layout, x.policy)
             sent["allocated"] = allocated
         sent["at"] = time.monotonic()
         return x.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
@@ -153,17 +154,18 @@ def _assign_nodes(
     name: str,
     proposal: ProposalInfo,
     hosts: Sequence[str],
-    rabbits: Mapping[str, str],
+    layout: ComputeLayout,
     policy: Policy,
 ) -> None:
     """Computes and Servers for the job's nodes (on a worker).
 
     The rabbits are those Fluxion allocated, when the job's R names them; otherwise the
-    SystemConfiguration's.  The storage plan comes first, so a job whose storage cannot be
-    placed (StorageError) has nothing written for it.
+    SystemConfiguration's, with its externalComputeNodes (no rabbit; Lustre only).  The storage
+    plan comes first, so a job whose storage cannot be placed (StorageError) has nothing written
+    for it.
     """
     least = min_allocations(policy.storage_limits)
-    plan = plan_servers(proposal.needs, hosts, rabbits, least)
+    plan = plan_servers(proposal.needs, hosts, layout.rabbits, least, layout.external)
     kube.patch_computes(name, list(hosts))
     for (namespace, server), sets in plan.items():
         kube.patch_servers(server, namespace, sets)
@@ -291,7 +293,7 @@ def read_failures(
     hosts = job.hosts
     needs = job.proposal.needs if job.proposal is not None else ()
     rabbits = x.rabbits_for(hosts)
-    used: dict[str, Mapping[str, str]] = {}  # written on the worker, read after delivery
+    used: dict[str, ComputeLayout] = {}  # written on the worker, read after delivery
 
     def read() -> Failures:
         if action.state is State.PRERUN:
@@ -299,10 +301,10 @@ def read_failures(
         if action.state in (State.POSTRUN, State.TEARDOWN):  # early release; Teardown drain
             mounts = x.kube.list_clientmounts(wf.name, wf.namespace)
             return unmount_failures(mounts, hosts, action.state.value)
-        used["rabbits"] = served = rabbits()
+        used["rabbits"] = layout = rabbits()
         refs = sorted({n.servers for n in needs})
         servers = [x.kube.read_servers(ns, name) for ns, name in refs]
-        return setup_failures(servers, served, hosts)
+        return setup_failures(servers, layout.rabbits, hosts)
 
     def store(result: Failures) -> str | None:
         x.keep_rabbits(used.get("rabbits"))

@@ -14,7 +14,7 @@ every callback here runs on the loop, and only the loop touches the service's st
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from flux_dws.base import untrusted
@@ -22,7 +22,7 @@ from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.policy import Policy
-from flux_dws.core.storage import StorageError, rabbit_map
+from flux_dws.core.storage import ComputeLayout, StorageError, compute_layout
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.transport import RpcError
@@ -76,7 +76,8 @@ class ActionExecutor:
         self.persistent = persistent  # the persistentdw a job may not use (service.persistentpush)
         self.records = records  # watched pods and NnfDataMovements (k8s.recordcache)
         self.gids: dict[int, int] = {}  # primary groups found (failed lookups are not kept)
-        self.rabbits: Mapping[str, str] | None = None  # SystemConfiguration: node -> rabbit
+        # The SystemConfiguration's nodes: each one's rabbit, and its externalComputeNodes
+        self.rabbits: ComputeLayout | None = None
         self.attempts = Attempts(RECORD_ATTEMPTS)
         self._group_lookups: dict[int, list[Callable[[int | str], None]]] = {}
 
@@ -345,16 +346,17 @@ class ActionExecutor:
 
     def rabbits_for(
         self, hosts: Sequence[str], required: bool = False
-    ) -> Callable[[], Mapping[str, str]]:
-        """A worker-side reader of the node -> rabbit map for ``hosts``: the cached one when it
-        serves them all, else the SystemConfiguration read anew.  The worker only reads; the
-        map it used comes back with its result and is kept by ``keep_rabbits`` on the loop.
+    ) -> Callable[[], ComputeLayout]:
+        """A worker-side reader of the nodes' layout (node -> rabbit, external nodes) for
+        ``hosts``: the cached one when it covers them all, else the SystemConfiguration read
+        anew.  The worker only reads; the layout it used comes back with its result and is
+        kept by ``keep_rabbits`` on the loop.
         ``required`` (storage is to be placed): no SystemConfiguration is a StorageError that
         says so, not a compute node that no rabbit serves."""
         cached = self.rabbits
 
-        def read() -> Mapping[str, str]:
-            if cached is not None and all(h in cached for h in hosts):
+        def read() -> ComputeLayout:
+            if cached is not None and cached.covers(hosts):
                 return cached
             config = self.kube.read_system_configuration()
             if config is None and required:
@@ -362,12 +364,12 @@ class ActionExecutor:
                     "no SystemConfiguration 'default' yet: DWS has not said which rabbit "
                     "serves which compute node"
                 )
-            return rabbit_map(config)
+            return compute_layout(config)
 
         return read
 
-    def keep_rabbits(self, rabbits: Mapping[str, str] | None) -> None:
-        """On the loop: keep the map a worker read (flux_dws.service.executor.rabbits_for)."""
+    def keep_rabbits(self, rabbits: ComputeLayout | None) -> None:
+        """On the loop: keep the layout a worker read (flux_dws.service.executor.rabbits_for)."""
         if rabbits is not None:
             self.rabbits = rabbits
 

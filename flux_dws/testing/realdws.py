@@ -76,6 +76,28 @@ def crd_dirs() -> list[str]:
     return [p for p in paths if os.path.isdir(p)]
 
 
+#: The test parameters a scenario runs on: dwssim, the real DWS (both with fakeflux), and
+#: the real DWS under a real Flux instance.
+BACKENDS = ("sim", "real", "real-flux")
+
+
+def backend_problem(param: str) -> str | None:
+    """Why the stack of test parameter ``param`` (one of BACKENDS) cannot run here, or None."""
+    from flux_dws.testing.realflux import real_flux_problem
+
+    which, _, flux = param.partition("-")
+    return (which == "real" and real_dws_problem()) or (flux and real_flux_problem()) or None
+
+
+def backend_options(param: str) -> dict[str, Any]:
+    """The Stack keywords of test parameter ``param`` (one of BACKENDS)."""
+    which, _, flux = param.partition("-")
+    if not flux:
+        return {"dws": which}
+    # Under real Flux the service's heartbeat is what the jobtap plugin waits on after a kill.
+    return {"dws": which, "backend": "flux", "config": {"heartbeat": "2s"}}
+
+
 def real_dws_problem() -> str | None:
     """Why the real DWS cannot run here (one line), or None."""
     for env, path in ((DWS_ENV, dws_manager()), (TEST_DRIVER_ENV, test_driver())):

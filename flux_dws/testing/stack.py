@@ -62,6 +62,7 @@ class Stack:
         system_storage: Mapping[str, int] | None = None,
         dws: str = "sim",
         webhook: str = "port",
+        external: Sequence[str] = (),
     ) -> None:
         table = {"instance": identity, **(config or {})}
         self.policy: Policy = policy_from_table(table)
@@ -88,6 +89,8 @@ class Stack:
         # each rabbit's Storage capacity in bytes.  With real Flux and Fluxion installed, the
         # instance's R holds these rabbits (flux_dws.core.rabbits.resource_graph).
         self.rabbits = None if rabbits is None else {r: list(c) for r, c in rabbits.items()}
+        # Hosts no rabbit serves: the SystemConfiguration's externalComputeNodes.
+        self.external = list(external)
         self.capacity = capacity
         # rabbit -> bytes of system storage made before the instance's graph (outside the WLM)
         self.system_storage = dict(system_storage or {})
@@ -130,7 +133,14 @@ class Stack:
             if self.webhook == "real":
                 self._start_real_webhook()
             extra = {} if self.capacity is None else {"capacity": self.capacity}
-            self.rabbits = seed(self.api.store, computes=self.hosts, rabbits=self.rabbits, **extra)
+            attached = [h for h in self.hosts if h not in self.external]
+            self.rabbits = seed(
+                self.api.store,
+                computes=attached,
+                rabbits=self.rabbits,
+                external=self.external,
+                **extra,
+            )
             if self.dws == "real":
                 from flux_dws.testing.realdws import RealDws
 
@@ -404,6 +414,29 @@ class Stack:
                 return obj
             time.sleep(0.02)
         raise TimeoutError(f"workflow {name} did not reach {state.value} within {timeout}s")
+
+    def left_behind(
+        self, jobid: int, plurals: Sequence[str] = ("workflows", "computes"), timeout: float = 30.0
+    ) -> list[str]:
+        """Which of the job's workflow and the objects of its name (the Computes DWS made)
+        are still there after ``timeout``: the real DWS deletes them after the service's
+        delete, as its finalizer runs."""
+        assert self.api is not None
+        name = workflow_name(self.identity, jobid)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [p for p in plurals if self._exists(p, name)]
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.05)
+
+    def _exists(self, plural: str, name: str) -> bool:
+        assert self.api is not None
+        try:
+            self.api.store.get(plural, self.policy.namespace, name)
+        except ApiError:
+            return False
+        return True
 
     def delete_workflow_behind_our_back(self, jobid: int) -> None:
         """What an admin's `kubectl delete` plus finalizer removal does."""

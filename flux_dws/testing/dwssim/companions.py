@@ -240,8 +240,11 @@ def token_secret(workflow: Mapping[str, Any], token: str) -> dict[str, Any]:
     }
 
 
-def system_configuration(rabbits: Mapping[str, Sequence[str]]) -> dict[str, Any]:
-    """The SystemConfiguration DWS reads: which compute nodes each rabbit serves."""
+def system_configuration(
+    rabbits: Mapping[str, Sequence[str]], external: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The SystemConfiguration DWS reads: which compute nodes each rabbit serves, and the
+    ``external`` compute nodes no rabbit serves (``spec.externalComputeNodes``)."""
     namespace, name = SYSTEM_CONFIGURATION
     nodes = [
         {
@@ -254,7 +257,10 @@ def system_configuration(rabbits: Mapping[str, Sequence[str]]) -> dict[str, Any]
     return {
         **api_object("systemconfigurations"),
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"storageNodes": nodes},
+        "spec": {
+            "storageNodes": nodes,
+            **({"externalComputeNodes": [{"name": c} for c in external]} if external else {}),
+        },
     }
 
 

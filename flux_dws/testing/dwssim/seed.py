@@ -31,6 +31,7 @@ def seed(
     per_rabbit: int = 16,
     profiles: Iterable[Mapping[str, Any]] | None = None,
     capacity: int | Mapping[str, int] = RABBIT_CAPACITY,
+    external: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """Create the SystemConfiguration "default", a Storage per rabbit and the
     NnfContainerProfiles; return the map.
@@ -38,8 +39,9 @@ def seed(
     ``rabbits`` maps each rabbit to the compute nodes it serves; without it ``computes`` are
     given ``per_rabbit`` to a rabbit named rabbit-<n>.  ``profiles`` defaults to the
     simulator's behaviour profiles (``PROFILES``).  ``capacity`` is each rabbit's Storage
-    capacity in bytes: one figure for all, or one per rabbit name.  Objects that already
-    exist are replaced.
+    capacity in bytes: one figure for all, or one per rabbit name.  ``external`` are compute
+    nodes no rabbit serves, DWS's ``externalComputeNodes`` (nnf-sos makes each a namespace
+    too, for its ClientMounts).  Objects that already exist are replaced.
     """
     mapping = (
         {r: list(c) for r, c in rabbits.items()}
@@ -49,14 +51,14 @@ def seed(
     # The namespaces NNF runs in: profiles in nnf-system, Lustre data movement in
     # nnf-dm-system, one per rabbit node and one per compute node (their per-node objects,
     # such as ClientMounts, live there).
-    nodes = [*mapping, *(c for served in mapping.values() for c in served)]
+    nodes = [*mapping, *(c for served in mapping.values() for c in served), *external]
     for namespace in dict.fromkeys(("default", PROFILE_NAMESPACE, DM_NAMESPACE, *nodes)):
         try:
             store.create("namespaces", None, {"metadata": {"name": namespace}})
         except ApiError as exc:
             if exc.code != 409:
                 raise
-    _put(store, "systemconfigurations", system_configuration(mapping))
+    _put(store, "systemconfigurations", system_configuration(mapping, external))
     # DWS's SystemStatus, which the WLM fills with its view of the compute nodes
     _put(
         store,
