@@ -939,3 +939,42 @@ def test_simulation_mode_serves_a_dws_system_over_http(tmp_path: Any) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
+
+
+# ---------------------------------------------------------------------------- beside real DWS
+
+
+def test_beside_the_real_dws_only_nnf_entries_are_driven_and_dws_rolls_up(store: Store) -> None:
+    """``workflow_controller=False`` plays nnf-sos's driver alone, as beside the real DWS
+    manager: it completes its own entries of the state DWS entered, and writes nothing of
+    DWS's (finalizer, roll-up) nor the test driver's entries; a deleted workflow's NNF
+    objects go with it."""
+    create(store, "wf-drv", [GFS2, "#DW Proposal action=complete"])
+    wf = store.get("workflows", NS, "wf-drv")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    store.replace("workflows", NS, "wf-drv", enter_state(wf, now))  # as DWS enters Proposal
+
+    def nnf_done(w: dict[str, Any]) -> bool:
+        entries = (w.get("status") or {}).get("drivers") or []
+        return any(e["driverID"] == "nnf" and e.get("completed") for e in entries)
+
+    with DwsSim(store, time_scale=SCALE, workflow_controller=False):
+        done = wait_for(store, "wf-drv", nnf_done, "had its nnf entry completed")
+        time.sleep(0.05)  # a roll-up would follow the entry's write at once
+        done = store.get("workflows", NS, "wf-drv")
+        status = done["status"]
+        assert (status["state"], status["ready"], status["status"]) == (
+            "Proposal",
+            False,
+            "DriverWait",
+        )
+        tester = [e for e in status["drivers"] if e["driverID"] == "tester"]
+        assert [e["completed"] for e in tester] == [False]
+        assert FINALIZER not in done["metadata"].get("finalizers", [])
+        assert store.get("directivebreakdowns", NS, "wf-drv-0")
+        store.delete("workflows", NS, "wf-drv")
+        deadline = time.monotonic() + WAIT
+        while exists(store, "directivebreakdowns", "wf-drv-0") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert not exists(store, "directivebreakdowns", "wf-drv-0")
+    assert not exists(store, "servers", "wf-drv-0")

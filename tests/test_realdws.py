@@ -7,8 +7,9 @@ and on the real DWS under real Flux ("real-flux", where flux-core is installed t
 job-manager, the dws jobtap plugin and the service as a process, so a kill is a SIGKILL).
 All must end the same way: what the real one does is what dwssim is held to.  Every case
 runs on real Flux, as each takes about a second there (the burst of fifty, about forty).
-Test-driver directives (``#DW <State> action=complete|wait|error``) need no NNF driver, so
-none runs.
+Test-driver directives (``#DW <State> action=complete|wait|error``) are the real test
+driver's; ``#DW jobdw`` is dwssim's NNF driver's, which beside the real DWS plays only
+nnf-sos's driver entries (``DwsSim(workflow_controller=False)``) while DWS rolls them up.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import pytest
 
 from flux_dws.core.identity import workflow_name
 from flux_dws.core.states import State
+from flux_dws.testing.dwssim.companions import WORKFLOW_NAME_LABEL
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.realdws import BACKENDS, backend_options, backend_problem
 from flux_dws.testing.stack import Stack
 
 STATES = list(State)
+JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 BEFORE_TEARDOWN = STATES[:-1]
 
 
@@ -203,6 +206,39 @@ def test_several_directives_at_once_the_last_fatal_is_reported(stack):
     assert note(info).startswith("Setup failed: "), note(info)
     assert "Reported error: second" in note(info) and "first" not in note(info), note(info)
     assert_clean(stack, info)
+
+
+def nnf_objects_left(stack, jobid: int) -> list[str]:
+    """nnf-sos's objects of the job's workflow still in the API server, by plural."""
+    selector = f"{WORKFLOW_NAME_LABEL}={workflow_name(stack.identity, jobid)}"
+    plurals = ("directivebreakdowns", "servers", "clientmounts")
+    return [p for p in plurals if stack.api.store.list(p, None, selector)[0]]
+
+
+def test_jobdw_storage_through_the_nnf_driver(stack):
+    """#DW jobdw: on the real DWS, dwssim plays only nnf-sos's driver (the breakdown, the
+    Servers status, the ClientMounts) and DWS rolls its entries up, as on a real system."""
+    jobid = stack.submit([JOBDW, "#DW DataIn action=complete"], runtime=0.05)
+    info = stack.wait(jobid)
+    assert info.result == "COMPLETED" and info.attach_status == 0, info.exception
+    assert states_entered(info) == [s.value for s in STATES]
+    assert info.env["DW_JOB_scratch"].startswith("/mnt/nnf/"), info.env
+    assert_clean(stack, info)
+    assert not nnf_objects_left(stack, jobid)
+
+
+def test_jobdw_whose_rabbit_fails_setup_fails_with_nnf_sos_message(stack):
+    stack.sim.faults.fail_setup("rabbit-0")
+    try:
+        info = stack.wait(stack.submit(JOBDW, runtime=0.05))
+    finally:
+        stack.sim.faults.fail_setup("rabbit-0", False)
+    assert info.result == "FAILED" and "start" not in names(info)
+    assert note(info).startswith("Setup failed: "), note(info)
+    assert "could not create file system on rabbit(s) rabbit-0" in note(info), note(info)
+    assert states_entered(info)[-1] == "Teardown"
+    assert_clean(stack, info)
+    assert not nnf_objects_left(stack, info.id)
 
 
 @pytest.mark.parametrize("state", BEFORE_TEARDOWN, ids=lambda s: s.value)

@@ -73,7 +73,7 @@ class Stack:
         if dws not in ("sim", "real"):
             raise ValueError(f"dws must be 'sim' or 'real', not {dws!r}")
         # "real": HPE's DWS manager and DWS's test driver (flux_dws.testing.realdws) run the
-        # workflows, and dwssim stands aside (test-driver directives need no NNF driver).
+        # workflows, and dwssim plays only nnf-sos's driver beside them.
         self.dws = dws
         self.real_dws: Any = None
         if webhook not in ("port", "real"):
@@ -146,12 +146,16 @@ class Stack:
 
                 self.real_dws = RealDws(self.kubeconfig, self._tmp.name)
                 self.real_dws.start()
-            else:
-                self.sim = DwsSim(
-                    self.api.store, delays=self.delays, time_scale=self.time_scale, seed=self.seed
-                ).start()
-                for rabbit, size in sorted(self.system_storage.items()):
-                    self.sim.add_outside_storage(f"system-{rabbit}", rabbit, size)
+            # Beside the real DWS, dwssim plays only nnf-sos's driver (its NNF entries).
+            self.sim = DwsSim(
+                self.api.store,
+                delays=self.delays,
+                time_scale=self.time_scale,
+                seed=self.seed,
+                workflow_controller=self.dws != "real",
+            ).start()
+            for rabbit, size in sorted(self.system_storage.items()):
+                self.sim.add_outside_storage(f"system-{rabbit}", rabbit, size)
         if self.backend == "flux":
             from flux_dws.testing.realflux import RealFlux
 
