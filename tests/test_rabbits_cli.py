@@ -93,6 +93,20 @@ def test_a_node_is_served_by_one_rabbit_and_the_reasons_show() -> None:
     assert (code, err) == (1, "flux-dws rabbits: no rabbit serves compute-99\n")
 
 
+def test_an_external_compute_node_is_said_to_be_one(tmp_path: Path) -> None:
+    saved = json.loads(SAVED.read_text())
+    (config,) = [i for i in saved["items"] if i["kind"] == "SystemConfiguration"]
+    config["spec"]["externalComputeNodes"] = [{"name": "login-01"}]
+    path = tmp_path / "external.json"
+    path.write_text(json.dumps(saved))
+    code, _, err = run("--from-file", str(path), "-n", "login-01")
+    assert (code, err) == (
+        1,
+        "flux-dws rabbits: no rabbit serves login-01: it is one of the SystemConfiguration's"
+        " externalComputeNodes\n",
+    )
+
+
 def test_formats_presets_states_and_bad_fields() -> None:
     code, out, _ = run("--from-file", str(SAVED), "-o", "down", "-s", "offline", "-H")
     assert code == 0

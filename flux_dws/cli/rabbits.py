@@ -26,6 +26,7 @@ from flux_dws.cli.render import Column, dumps, format_table
 from flux_dws.core.identity import JOBID_LABEL
 from flux_dws.core.policy import policy_from_table
 from flux_dws.core.rabbitview import RabbitRow, job_allocation, rabbit_rows, serving
+from flux_dws.core.storage import compute_layout
 
 #: The fields ``flux dws rabbits -o`` knows.
 RABBIT_FIELDS: Mapping[str, Column] = {
@@ -205,7 +206,11 @@ def select(
     if node is not None:
         row = serving(rows, node)
         if row is None:
-            raise DwsError(f"no rabbit serves {node}")
+            external = node in compute_layout(objects.config).external
+            why = (
+                ": it is one of the SystemConfiguration's externalComputeNodes" if external else ""
+            )
+            raise DwsError(f"no rabbit serves {node}{why}")
         rows = [row]
     return rows, allocation
 
