@@ -198,6 +198,21 @@ def test_dataout_done_is_recorded_before_teardown_is_asked() -> None:
     assert actions[1] == lc.SetDesiredState(State.TEARDOWN)
 
 
+def test_a_done_state_is_dated_by_dws_the_same_on_every_decision() -> None:
+    """The outcome of a done state says when DWS saw it done (readyChange), not when this
+    decision ran: a record saved again later (the workflow being deleted, a restart) keeps
+    its time, and a job given the parts afterwards is never dated before it (seen on real
+    Fluxion: the Teardown record re-saved while the workflow was deleted)."""
+    for state in (State.DATAOUT, State.TEARDOWN):
+        done = dataclasses.replace(marked(wf(state), MARK), ready_change=NOW - 5)
+        for view, now in ((done, NOW), (dataclasses.replace(done, deleting=True), NOW + 60)):
+            (record,) = of(decide(GONE, view, EARLY, now), rl.RecordRelease)
+            assert record.outcome["status"] == "done" and record.outcome["at"] == NOW - 5
+    unknown = marked(wf(State.TEARDOWN), MARK)  # no readyChange: the decision's own time
+    (record,) = of(decide(GONE, unknown, EARLY, NOW), rl.RecordRelease)
+    assert record.outcome["at"] == NOW
+
+
 @pytest.mark.parametrize(
     "view, words",
     [

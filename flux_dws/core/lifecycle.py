@@ -845,9 +845,12 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
     held: list[Action] = [HoldStorage(mark.ssd)] if mark.ssd else []
     state = wf.desired_state
     since = wf.desired_state_change if wf.settled else None
+    # A state that is done is dated by DWS (readyChange): the same on every decision, so a
+    # record saved again (say while the workflow is being deleted) keeps its time.
+    done_at = wf.ready_change if wf.ready_change is not None else now
     if state is State.TEARDOWN:
         if wf.complete:
-            ending: list[Action] = [RecordRelease(state.value, {"status": "done", "at": now})]
+            ending: list[Action] = [RecordRelease(state.value, {"status": "done", "at": done_at})]
         else:
             stuck = _overdue(wf, since, mark.teardown, now)
             if not stuck:
@@ -860,7 +863,7 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
     if state is State.DATAOUT:
         copies = _copies(wf)
         if wf.complete:
-            done = {"status": "done", "copies": copies, "at": now}
+            done = {"status": "done", "copies": copies, "at": done_at}
             return [*held, RecordRelease(state.value, done), SetDesiredState(State.TEARDOWN)]
         stuck = _overdue(wf, since, mark.dataout, now)
         if not stuck:
