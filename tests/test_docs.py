@@ -409,9 +409,13 @@ def test_toml_blocks_are_accepted_or_refused_as_shown():
             "ingest",
             "resource",
             "sched-fluxion-resource",
+            "sched-fluxion-qmanager",
         }, block.where
         # the service reads the rabbits a job got from the JGF Fluxion writes into its R
         assert config.get("sched-fluxion-resource", {}).get("match-format", "rv1") == "rv1"
+        # fcfs and easy deny queued jobs larger than the nodes up (test_fluxion_queue_policy)
+        policy = config.get("sched-fluxion-qmanager", {}).get("queue-policy", "conservative")
+        assert policy == "conservative", block.where
         assert isinstance(config.get("resource", {}).get("path", ""), str), block.where
         first = block.text.splitlines()[0]
         if first.startswith("# Refused: "):

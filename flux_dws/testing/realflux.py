@@ -133,10 +133,12 @@ class RealFlux:
         persist: bool = False,
         broker_env: Mapping[str, str] | None = None,
         R: Mapping[str, Any] | None = None,
+        queue_policy: str | None = None,
     ) -> None:
         """``persist``: keep the instance's content in a statedir, so :meth:`restart` brings
         its jobs back; ``broker_env``: extra environment for the brokers (for example
-        FLUX_DISABLE_JOB_CLEANUP, so running jobs cross a restart)."""
+        FLUX_DISABLE_JOB_CLEANUP, so running jobs cross a restart); ``queue_policy``:
+        Fluxion's ``[sched-fluxion-qmanager] queue-policy`` (None: Fluxion's default, fcfs)."""
         found = flux or flux_command()
         if found is None:
             raise FluxUnavailable("flux-core is not installed (no flux on PATH or /opt/flux/bin)")
@@ -155,6 +157,7 @@ class RealFlux:
         self._handle: Any = None
         self.persist = persist
         self.broker_env = dict(broker_env or {})
+        self.queue_policy = queue_policy
         self._plugins: dict[str, str] = {}
 
     # ------------------------------------------------------------------ instance
@@ -195,6 +198,11 @@ class RealFlux:
             (confdir / "resource.toml").write_text(
                 "[resource]\nnoverify = true\n[[resource.config]]\n"
                 f'hosts = "{",".join(self.hosts)}"\ncores = "0"\n'
+            )
+        if self.queue_policy is not None:  # read by Fluxion's qmanager only
+            write_toml(
+                {"sched-fluxion-qmanager": {"queue-policy": self.queue_policy}},
+                confdir / "sched.toml",
             )
         return self._launch()
 
