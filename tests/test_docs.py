@@ -54,7 +54,7 @@ from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS, parse_format
 from flux_dws.cli.simplan import parse_mix
 from flux_dws.cli.sources import StackSource
 from flux_dws.core.directives import parse_directives
-from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide
+from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide, decide_unreadable
 from flux_dws.core.policy import (
     CONFIG_KEYS,
     DEFAULT_TIMEOUTS,
@@ -903,6 +903,7 @@ def seen() -> Iterator[Seen]:
         result.api_counts = stack.api.request_counts()
     result.notes.append(invalid_request_note())
     result.notes.append(service_wait_note(result))
+    result.notes.append(unreadable_note())
     yield result
 
 
@@ -916,6 +917,16 @@ def entered(stack: Stack, jobid: int, state: State) -> None:
             return
         time.sleep(0.02)
     raise TimeoutError(f"job {jobid}: no dws-state {state.value} within {WAIT}s")
+
+
+def unreadable_note() -> str:
+    """The note of a job whose workflow stayed unreadable past its state's deadline (the
+    service runs this decision; tests/test_fuzz_untrusted.py runs it end to end)."""
+    job = JobView(1, JobPhase.PROLOG, UID, UID, posted_state=State.SETUP, deadline=1.0)
+    problem = "workflow default/fluxjob-x-1: status.message must be a string, not int"
+    actions = decide_unreadable(job, "fluxjob-x-1", problem, 0.0, Policy(), now=2.0)
+    (action,) = [a for a in actions if isinstance(a, RaiseException)]
+    return action.note
 
 
 def invalid_request_note() -> str:

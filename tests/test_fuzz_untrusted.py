@@ -416,3 +416,49 @@ def test_one_bad_workflow_among_good_ones(corrupted_stack, key, junk):
     assert not info.holds
     mine = f"fluxjob-{stack.identity}-{bad}"
     wait_for(lambda: not [w for w in stack.workflows() if w["metadata"]["name"] == mine])
+
+
+class Spoiler:
+    """A kubeapi admission hook that, from the moment the target job's workflow reaches
+    ``state``, puts ``junk`` at ``status.<key>`` on every write (a controller that keeps
+    writing what flux-dws cannot read)."""
+
+    def __init__(self, target: str, state: str, key: str, junk: Any) -> None:
+        self.target, self.state, self.key, self.junk = target, state, key, junk
+        self.spoiling = False
+
+    def __call__(self, operation: str, old: dict | None, new: dict) -> dict:
+        lines = (new.get("spec") or {}).get("dwDirectives") or []
+        status = new.get("status")
+        if not any(self.target in str(line) for line in lines) or not isinstance(status, dict):
+            return new
+        self.spoiling = self.spoiling or status.get("state") == self.state
+        if self.spoiling:
+            status[self.key] = copy.deepcopy(self.junk)
+        return new
+
+
+def test_a_workflow_that_stays_unreadable_fails_its_job_at_the_deadline_and_leaves_nothing():
+    """Held while it may still become readable, never past its state's deadline: the job
+    fails naming the problem, Teardown is asked, and when even Teardown cannot be seen to end
+    by its deadline the workflow is deleted and the job let go.  The next job runs."""
+    with Stack(hosts=2) as stack:
+        assert stack.api is not None
+        spoiler = Spoiler("name=spoilt", "PreRun", "elapsedTimeLastState", {"junk": 1})
+        stack.api.store.add_admission("workflows", spoiler)
+        timeouts = {"prerun": "2s", "teardown": "2s"}
+        bad = stack.submit("#DW jobdw type=xfs capacity=1GiB name=spoilt", timeouts=timeouts)
+        info = stack.wait(bad, timeout=60)
+        assert info.events("dws-workflow-unreadable")
+        note = (info.exception or {}).get("note", "")
+        assert note.startswith(
+            "PreRun failed: the workflow cannot be read: workflow default/fluxjob-"
+        ), info.eventlog
+        assert "status.elapsedTimeLastState" in note
+        (failed,) = info.events("dws-teardown-failed")
+        assert "cannot be read" in failed["context"]["reason"]
+        assert not info.holds
+        mine = f"fluxjob-{stack.identity}-{bad}"
+        wait_for(lambda: not [w for w in stack.workflows() if w["metadata"]["name"] == mine])
+        good = stack.submit(JOBDW_GOOD, runtime=0.0)
+        assert stack.wait(good, timeout=60).result == "COMPLETED"

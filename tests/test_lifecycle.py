@@ -752,3 +752,66 @@ def test_asking_again_for_a_recorded_state_records_it_only_once():
     actions = decide(j, wf(State.PRERUN, ready=False), POLICY, NOW)
     assert lc.SetDesiredState(State.TEARDOWN, hurry=True) in actions
     assert not [e for e in of(actions, lc.PostEvent) if e.name == "dws-state"]
+
+
+# ----------------------------------------------------------------------------- unreadable
+
+
+PROBLEM = "status.drivers: not a list"
+
+
+def test_an_unreadable_workflow_holds_the_job_until_its_states_deadline():
+    j = job(JobPhase.PROLOG, **recorded(State.SETUP, NOW + 100))
+    assert lc.decide_unreadable(j, NAME, PROBLEM, NOW - 5, POLICY, NOW) == [lc.WakeAt(NOW + 100)]
+
+
+def test_an_unreadable_workflow_past_the_deadline_fails_the_job_and_asks_teardown():
+    j = job(JobPhase.PROLOG, **recorded(State.PRERUN, NOW - 1))
+    actions = lc.decide_unreadable(j, NAME, PROBLEM, NOW - 50, POLICY, NOW)
+    assert tears_down(actions)
+    assert kinds(actions) == ["SetDesiredState", "RaiseException", "FinishProlog"]
+    (note,) = [a.note for a in of(actions, lc.RaiseException)]
+    assert note.startswith("PreRun failed: the workflow cannot be read: status.drivers")
+    (state,) = of(actions, lc.PostEvent)  # the reason is kept with Teardown, before it
+    assert state.wait and state.context["reason"] == note
+
+
+def test_an_unreadable_workflow_before_any_state_is_bounded_by_proposals_timeout():
+    j = job(JobPhase.DEPEND, proposal_recorded=False)
+    limit = POLICY.timeout("proposal").default
+    actions = lc.decide_unreadable(j, NAME, PROBLEM, NOW, POLICY, NOW)
+    assert actions == [lc.WakeAt(NOW + limit)]
+    late = lc.decide_unreadable(j, NAME, PROBLEM, NOW, POLICY, NOW + limit)
+    assert tears_down(late) and of(late, lc.RaiseException)
+
+
+def test_a_workflow_unreadable_past_teardowns_deadline_is_deleted_and_the_job_let_go():
+    j = job(
+        JobPhase.EPILOG,
+        started=True,
+        exception=JobException("dws", 0, "PreRun failed: ..."),
+        **recorded(State.TEARDOWN, NOW - 1),
+    )
+    actions = lc.decide_unreadable(j, NAME, PROBLEM, NOW - 500, POLICY, NOW)
+    (event,) = of(actions, lc.PostEvent)
+    assert event.name == "dws-teardown-failed" and event.wait
+    assert event.context["workflow"] == NAME and PROBLEM in event.context["reason"]
+    assert kinds(actions) == ["DeleteWorkflow", "FinishEpilog"]
+    again = dataclasses.replace(j, teardown_failed=True)  # recorded once
+    assert kinds(lc.decide_unreadable(again, NAME, PROBLEM, NOW - 500, POLICY, NOW)) == [
+        "DeleteWorkflow",
+        "FinishEpilog",
+    ]
+    assert not of(lc.decide_unreadable(again, NAME, PROBLEM, 0, POLICY, NOW), lc.PostEvent)
+
+
+def test_an_orphans_unreadable_workflow_is_left_alone():
+    gone = JobView(42, JobPhase.GONE, userid=-1, groupid=-1)
+    assert lc.decide_unreadable(gone, NAME, PROBLEM, NOW - 1e6, POLICY, NOW) == []
+
+
+def test_an_unreadable_problem_is_shown_readable_and_bounded():
+    j = job(JobPhase.RUN, started=True, **recorded(State.PRERUN, NOW - 1))
+    actions = lc.decide_unreadable(j, NAME, "\x1b]0;pwned\x07" + "x" * 5000, 0, POLICY, NOW)
+    (note,) = [a.note for a in of(actions, lc.RaiseException)]
+    assert "\x1b" not in note and "\x07" not in note and len(note) < 1000

@@ -348,6 +348,41 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     return actions
 
 
+def decide_unreadable(
+    job: JobView, name: str, problem: str, since: float, policy: Policy, now: float
+) -> list[Action]:
+    """The next actions for ``job`` while its workflow ``name`` cannot be read (since
+    ``since``, for ``problem``): hold, but never past a deadline.
+
+    Deciding from a workflow that cannot be read could fail the job wrongly or leak its
+    storage, so nothing moves while a readable version may still come.  But the workflow must
+    be readable by the deadline of the state the job is in, as it must be complete by then:
+    past it the job fails with the problem as its reason and the workflow is asked for
+    Teardown (a patch of spec alone, which DWS admits from any state).  Should it still be
+    unreadable past Teardown's own deadline, the job is let go as for a Teardown that cannot
+    complete: the failure is recorded, the workflow deleted (DWS's finalizer cleans up).
+    """
+    if not job.active:  # an orphan's workflow: nothing is held for it
+        return []
+    state = job.posted_state or State.PROPOSAL
+    deadline = job.deadline
+    if deadline is None or job.posted_state is None:
+        timeout = _timeout(job, state.key, policy)
+        deadline = None if math.isinf(timeout) else since + timeout
+    if deadline is None:  # the site allows this state to take for ever
+        return []
+    if now < deadline:
+        return [WakeAt(deadline)]
+    reason = f"the workflow cannot be read: {untrusted.readable(problem, 300)}"
+    if state is not State.TEARDOWN:
+        return _abort(job, failure_note(state.value, reason, job.jobid), policy, now)
+    ending: list[Action] = []
+    if not job.teardown_failed:  # in Flux before the workflow is deleted
+        context = {"workflow": name, "reason": f"Teardown failed: {reason}", "drained": []}
+        ending.append(PostEvent("dws-teardown-failed", context, wait=True))
+    return [*ending, DeleteWorkflow(), *_release(job, None)]
+
+
 def _unrecorded_copies(job: JobView, wf: WorkflowView) -> RecordCopies | None:
     """DataIn or DataOut is over (complete or failed) and some of its copies are not on the
     job yet.  A user's cancel while data still moves records nothing: it did not end."""

@@ -91,7 +91,9 @@ def set_desired_state(
     x: ActionExecutor, tracked: Tracked, action: lc.SetDesiredState, seen: Seen, done: Done
 ) -> None:
     wf, proposal = seen.workflow, seen.job.proposal
-    assert wf is not None and (proposal is not None or not action.assign)
+    # No view at all: a workflow never read well, sent to Teardown past its deadline by name.
+    assert (wf is not None or not action.assign) and (proposal is not None or not action.assign)
+    name = wf.name if wf is not None else x.workflow_name(tracked)
     observed = seen.observed
     # A job with no allocation sets (#DW container, test-driver directives) needs no rabbit.
     placing = bool(action.assign and proposal and proposal.needs and not action.rabbits)
@@ -105,16 +107,18 @@ def set_desired_state(
             if not layout.rabbits and rabbits is not None:
                 layout = sent["rabbits"] = rabbits()
             allocated = dict(layout.rabbits)
-            _assign_nodes(x.kube, wf.name, proposal, action.assign, layout, x.policy)
+            _assign_nodes(x.kube, name, proposal, action.assign, layout, x.policy)
             sent["allocated"] = allocated
         sent["at"] = time.monotonic()
-        return x.kube.set_desired_state(wf.name, action.state, hurry=action.hurry)
+        return x.kube.set_desired_state(name, action.state, hurry=action.hurry)
 
     # Take the patch as done in the cached view and end the chain now: DWS often reports
     # the new state (watch) before this worker has read the patch's own response, and the
     # job must not sit busy meanwhile.  The view is not settled, so nothing advances on it.
-    asked = dataclasses.replace(wf, desired_state=action.state, hurry=action.hurry)
-    tracked.workflow = asked
+    asked = None
+    if wf is not None:
+        asked = dataclasses.replace(wf, desired_state=action.state, hurry=action.hurry)
+        tracked.workflow = asked
     adopt = x.adopt(tracked)
 
     def settle(result: Any, exc: BaseException | None) -> None:
@@ -128,21 +132,21 @@ def set_desired_state(
                 x.jm.memo(tracked.jobid, memo, x.flux_done(_memo_done(tracked), "memo", tracked))
             adopt(result)
             return
-        if tracked.workflow is asked:  # nothing newer came: back to what was known
+        if asked is not None and tracked.workflow is asked:  # nothing newer came: as known
             tracked.workflow = wf
         if isinstance(exc, StorageError):
             note = f"cannot place the job's storage: {exc}"
             x.fail_job(tracked, note, x.retry_on_error(tracked))
             return
-        x.patch_failed(tracked, wf.name, f"asking for {action.state.value}", exc)
+        x.patch_failed(tracked, name, f"asking for {action.state.value}", exc)
 
     x.worker.submit(patch, on_done=settle, urgent=True)
     # Logged once the patch is handed over: writing the line may let other threads run.
     log.info(
         "job %s workflow %s: %s -> %s%s",
         f58(tracked.jobid),
-        wf.name,
-        wf.desired_state.value,
+        name,
+        wf.desired_state.value if wf is not None else "(unreadable)",
         action.state.value,
         " (hurry)" if action.hurry else "",
     )
@@ -268,6 +272,11 @@ def delete_workflow(
     x: ActionExecutor, tracked: Tracked, action: lc.DeleteWorkflow, seen: Seen, done: Done
 ) -> None:
     wf = tracked.workflow
+    if tracked.unreadable and tracked.raw is not None:  # past its deadline, deleted by name
+        name = x.workflow_name(tracked)
+        log.info("job %s: deleting workflow %s (unreadable)", f58(tracked.jobid), name)
+        x.call(tracked, "deleting the workflow", done, None, x.kube.delete_workflow, name, None)
+        return
     if wf is None:  # gone while the chain ran (the watch said so): nothing to delete
         done(None)
         return

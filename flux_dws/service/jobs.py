@@ -53,6 +53,7 @@ class Tracked:
     patch_failing_since: float | None = None  # the same for desiredState patches
     async_retry: float = 0.0  # backoff of the calls sent outside the chain (patches, posts)
     unreadable: str = ""  # why the latest version of the workflow could not be read
+    unreadable_since: float | None = None  # loop time it first could not be read (in a row)
     alarmed: str = ""  # the unreadable problem already reported
 
 

@@ -34,6 +34,7 @@ from flux_dws.core.lifecycle import JobPhase
 from flux_dws.core.policy import Policy
 from flux_dws.core.reconcile import startup_order
 from flux_dws.core.release import held_parts
+from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import JobManager
@@ -359,13 +360,20 @@ class Service:
 
     def _decide(self, tracked: Tracked) -> None:
         job = self.view(tracked)
-        if job is None or self._unreadable(tracked):
+        if job is None:
             return
+        now = self.loop.time()
+        if tracked.unreadable:
+            self._hold_unreadable(tracked, job, now)
+            return
+        tracked.unreadable_since, tracked.alarmed = None, ""
         if job.phase is JobPhase.GONE and tracked.workflow is None:
             self._forget(tracked)
             return
-        now = self.loop.time()
-        actions = lc.decide(job, tracked.workflow, self.policy, now)
+        self._act(tracked, job, lc.decide(job, tracked.workflow, self.policy, now))
+
+    def _act(self, tracked: Tracked, job: lc.JobView, actions: list[Any]) -> None:
+        """Set the job's timer from the decision's WakeAt and run the rest as one chain."""
         if tracked.timer:
             tracked.timer.cancel()
             tracked.timer = None
@@ -380,29 +388,26 @@ class Service:
             tracked.busy, tracked.dirty = True, False
             self._run_chain(tracked, chain, seen, 0)
 
-    def _unreadable(self, tracked: Tracked) -> bool:
-        """True (hold the job) while its workflow's latest version cannot be read.
+    def _hold_unreadable(self, tracked: Tracked, job: lc.JobView, now: float) -> None:
+        """The workflow's latest version cannot be read: hold the job, but not past the
+        deadline of its state (``lc.decide_unreadable``).
 
         Such a workflow is neither gone nor understood: deciding from it could fail the job
-        or leak its storage, so nothing is done until a readable version arrives.  The admin
-        (log) and the job (a dws-workflow-unreadable event) are told once per problem.
+        or leak its storage, so nothing else is done until a readable version arrives.  The
+        admin (log) and the job (a dws-workflow-unreadable event) are told once per problem.
         """
-        if not tracked.unreadable:
-            tracked.alarmed = ""
-            return False
-        if tracked.timer:
-            tracked.timer.cancel()
-            tracked.timer = None
+        if tracked.unreadable_since is None:
+            tracked.unreadable_since = now
         # A held job keeps no Proposal slot ([dws] max-proposals): the others go on.  It takes
         # one again (even past the limit) once its workflow can be read.
         self._wake(self.window.leave(tracked.jobid))
+        name = name_of(tracked.raw or {})
         if tracked.alarmed != tracked.unreadable:
             tracked.alarmed = tracked.unreadable
-            name = name_of(tracked.raw or {})
             log.error(
                 "job %s workflow %s: cannot read the workflow: %s; the job stays held and the "
-                "workflow is kept until a readable version arrives (fix the object, or "
-                "upgrade flux-dws if DWS added a value)",
+                "workflow is kept until a readable version arrives or its state's deadline "
+                "passes (fix the object, or upgrade flux-dws if DWS added a value)",
                 f58(tracked.jobid),
                 name,
                 tracked.unreadable,
@@ -410,7 +415,20 @@ class Service:
             if tracked.record is not None:
                 context = {"workflow": name, "problem": tracked.unreadable}
                 self.jm.post(tracked.jobid, "dws-workflow-unreadable", context, _ignore)
-        return True
+        since = tracked.unreadable_since
+        actions = lc.decide_unreadable(job, name, tracked.unreadable, since, self.policy, now)
+        if any(not isinstance(a, lc.WakeAt) for a in actions):
+            ending = job.posted_state is State.TEARDOWN
+            log.error(
+                "job %s workflow %s: still unreadable past the deadline of %s: %s",
+                f58(tracked.jobid),
+                name,
+                (job.posted_state or State.PROPOSAL).value,
+                "deleting the workflow and letting the job go"
+                if ending
+                else "failing the job and asking for Teardown",
+            )
+        self._act(tracked, job, actions)
 
     def _forget(self, tracked: Tracked) -> None:
         if tracked.timer:
