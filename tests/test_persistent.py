@@ -12,16 +12,21 @@ import io
 import json
 import os
 import pwd
+import re
+import subprocess
+import sys
 import time
 
 import pytest
 
 from flux_dws.base.errors import DwsError
-from flux_dws.base.jobid import f58
-from flux_dws.cli import build_parser
+from flux_dws.base.jobid import f58, parse_jobid
+from flux_dws.cli import build_parser, main
 from flux_dws.cli import persistent as cli
+from flux_dws.cli.sources import StackSource, user_name
 from flux_dws.core.persistent import persistent_rows, pushed_snapshot, use_refusal
 from flux_dws.testing.fakeflux import SubmitError
+from flux_dws.testing.kubeapi.resources import by_plural
 
 OWNER = os.getuid()
 #: another user the system knows (the workflow's groupID comes from its passwd entry)
@@ -57,9 +62,18 @@ def submitter(stack, userid: int = OWNER):
     return submit
 
 
+def instance(stack) -> dict:
+    """How the command reaches the instance (who owns it, for share): on real Flux through
+    FLUX_URI and flux-core's bindings, as a person's command does; on fakeflux, the stack."""
+    if stack.backend == "flux":
+        return {"environ": stack.flux._env()}  # noqa: SLF001 (the instance's environment)
+    return {"source_factory": lambda: StackSource(stack)}
+
+
 def run(stack, *argv: str, uid: int = OWNER) -> str:
     out = io.StringIO()
-    assert cli.run(args(stack, *argv), out, submit=submitter(stack), uid=uid) == 0
+    parsed = args(stack, *argv)
+    assert cli.run(parsed, out, submit=submitter(stack), uid=uid, **instance(stack)) == 0
     return out.getvalue()
 
 
@@ -96,6 +110,82 @@ def test_create_use_and_destroy(stack):
     said = run(stack, "destroy", NAME)
     assert said.startswith(f"destroyed persistent storage '{NAME}' with job ")
     assert NAME not in listed(stack)
+
+
+def flux_dws(stack, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``flux dws ARGV`` as a person runs it in the instance: the command line's own entry
+    point (``python -m flux_dws``, what ``flux dws`` runs) in a process of its own, under the
+    instance's FLUX_URI, submitting with flux-core's Python API."""
+    return subprocess.run(
+        [sys.executable, "-m", "flux_dws", *argv],
+        env=stack.flux._env(),  # noqa: SLF001 (the instance's environment)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_commands_submit_and_wait_for_their_jobs_through_flux_core(stack):
+    if stack.backend != "flux":
+        pytest.skip("the command submits through flux-core's Python API on real Flux only")
+    name, kube = "cli-data", ("--kubeconfig", stack.kubeconfig)
+
+    def shown() -> dict[str, dict]:
+        listed = flux_dws(stack, "persistent", "list", "--json", *kube)
+        assert (listed.returncode, listed.stderr) == (0, "")
+        return {r["name"]: r for r in json.loads(listed.stdout)}
+
+    made = flux_dws(stack, "persistent", "create", name, "-t", "xfs", "-c", "1GiB")
+    assert (made.returncode, made.stderr) == (0, ""), made.stderr
+    said = re.fullmatch(
+        rf"created persistent storage '{name}' \(xfs, 1GiB\) with job (ƒ\w+)\n", made.stdout
+    )
+    assert said, made.stdout
+    jobid = parse_jobid(said.group(1))
+    job = stack.flux.info(jobid)
+    assert (job.result, job.userid) == ("COMPLETED", OWNER)
+    jobspec = json.loads(stack.flux.kvs_lookup(jobid, "jobspec"))
+    assert jobspec["attributes"]["system"]["dw"] == (
+        f"#DW create_persistent type=xfs capacity=1GiB name={name}"
+    )
+    row = shown()[name]
+    assert (row["owner"], row["type"], row["state"], row["jobs"]) == (OWNER, "xfs", "Active", [])
+    gone = flux_dws(stack, "persistent", "destroy", name, *kube)
+    assert (gone.returncode, gone.stderr) == (0, "")
+    assert re.fullmatch(rf"destroyed persistent storage '{name}' with job ƒ\w+\n", gone.stdout)
+    assert name not in shown()
+    # DWS refuses the job's workflow: one line naming the job and DWS's reason, and a failure
+    refused, reason = "refused-data", "name 'refused-data' is reserved"
+    stack.reject_directives_containing(f"name={refused}", reason)
+    failed = flux_dws(stack, "persistent", "create", refused, "-t", "xfs", "-c", "1GiB")
+    assert (failed.returncode, failed.stdout) == (1, "")
+    said = re.fullmatch(
+        rf"flux-dws persistent: persistent storage '{refused}' was not created:"
+        r" job (ƒ\w+): (.*)\n",
+        failed.stderr,
+    )
+    assert said, failed.stderr
+    job = stack.flux.info(parse_jobid(said.group(1)))
+    assert job.result == "FAILED" and reason in said.group(2)
+    assert said.group(2) == job.exception["note"]
+    assert refused not in shown()
+    # a job that cannot end in time (no service to run its workflow): the wait is bounded
+    late = "late-data"
+    stack.kill_service()
+    try:
+        waited = flux_dws(stack, "persistent", "create", late, "-t", "xfs", "-c", "1GiB",
+                          "--timeout", "1")  # fmt: skip
+    finally:
+        stack.start_service()
+    said = re.fullmatch(
+        rf"flux-dws persistent: job (ƒ\w+) \(#DW create_persistent type=xfs capacity=1GiB"
+        rf" name={late}\) has not ended after 1s; see flux dws status (ƒ\w+)\n",
+        waited.stderr,
+    )
+    assert waited.returncode == 1 and said and said.group(1) == said.group(2), waited.stderr
+    assert stack.wait(parse_jobid(said.group(1)), timeout=120).result == "COMPLETED"
+    gone = flux_dws(stack, "persistent", "destroy", late, *kube)
+    assert (gone.returncode, gone.stderr) == (0, "")
 
 
 def _someone_elses(stack, name: str) -> None:
@@ -160,17 +250,21 @@ def test_unshared_storage_is_refused_at_submit_until_its_owner_shares_it(stack):
     until(lambda: known(stack) == len(listed(stack)), "the plugin to know the storage")
     words = (
         f"persistent storage '{name}' belongs to uid {OTHER} and is not shared"
-        f" (its owner can run: flux dws persistent share {name})"
+        f" (the instance owner can share it: flux dws persistent share {name})"
     )
     assert words == use_refusal(persistent_rows([stack.api.store.get(*PSI, name)])[0], name, 0)
     assert refused_at_submit(stack, use) == words
     if stack.backend == "flux":  # the user's own command says so, in one line
         said = stack.flux.command("submit", "-S", f"dw={use}", "true")
         assert said.returncode != 0 and said.stderr.strip().endswith(words)
-    # only the owner may share it
-    with pytest.raises(DwsError, match=f"belongs to uid {OTHER}: only its owner may share it"):
-        run(stack, "share", name)
-    assert "usable by every user's jobs" in run(stack, "share", name, uid=OTHER)
+    # only the Flux instance owner may share it, not the storage's owner
+    with pytest.raises(DwsError) as refused:
+        run(stack, "share", name, uid=OTHER)
+    assert str(refused.value) == (
+        f"only the Flux instance owner ({user_name(OWNER)}) may share persistent storage"
+    )
+    assert listed(stack)[name]["shared"] is False
+    assert "usable by every user's jobs" in run(stack, "share", name)
     assert listed(stack)[name]["shared"] is True
     ran = stack.wait(submitted_once_accepted(stack, use), timeout=120)
     assert (ran.result, ran.exception) == ("COMPLETED", None)
@@ -178,8 +272,26 @@ def test_unshared_storage_is_refused_at_submit_until_its_owner_shares_it(stack):
     with pytest.raises(DwsError, match=f"belongs to uid {OTHER}: only its owner may destroy it"):
         run(stack, "destroy", name)
     assert name in listed(stack)
-    assert "usable by its owner only" in run(stack, "share", name, "--off", uid=OTHER)
+    with pytest.raises(DwsError, match="only the Flux instance owner"):
+        run(stack, "share", name, "--off", uid=OTHER)
+    assert "usable by its owner only" in run(stack, "share", name, "--off")
+    assert listed(stack)[name]["shared"] is False
     until(lambda: _refused(stack, use), "the plugin to see the storage unshared")
+
+
+def test_share_is_refused_in_one_line_where_no_flux_instance_can_say_who_owns_it(stack):
+    name = "nobodys-data"
+    _someone_elses(stack, name)
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["persistent", "share", name, "--kubeconfig", stack.kubeconfig]
+    assert main(argv, out=out, err=err, environ={}) == 1
+    assert (out.getvalue(), err.getvalue()) == (
+        "",
+        "flux-dws persistent: only the Flux instance owner may share persistent storage, and"
+        " no instance could say who that is: not running under a Flux instance (FLUX_URI is"
+        " not set)\n",
+    )
+    assert listed(stack)[name]["shared"] is False
 
 
 def _refused(stack, use: str) -> bool:
@@ -187,6 +299,54 @@ def _refused(stack, use: str) -> bool:
         jobid = stack.submit(use)
     except SubmitError:
         return True
+    stack.wait(jobid, timeout=120)
+    return False
+
+
+def set_state(stack, name: str, state: str) -> None:
+    """What DWS's PersistentStorageInstance controller reports (its status subresource, over
+    HTTP to the API server, as the controller writes it)."""
+    import kubernetes
+
+    group, version = by_plural(PSI[0]).api_version().split("/")
+    client = kubernetes.config.new_client_from_config(config_file=stack.kubeconfig)
+    try:
+        kubernetes.client.CustomObjectsApi(client).patch_namespaced_custom_object_status(
+            group, version, PSI[1], PSI[0], name, {"status": {"state": state}}
+        )
+    finally:
+        client.close()
+
+
+def test_degraded_storage_is_listed_so_and_jobs_still_use_it(stack):
+    name = "worn-data"
+    use = f"#DW persistentdw name={name}"
+    run(stack, "create", name, "-t", "xfs", "-c", "1GiB")
+    # not usable while Creating: once the plugin refuses it, it has the state the service saw
+    set_state(stack, name, "Creating")
+    creating = f"persistent storage '{name}' is Creating, not usable"
+    until(lambda: _refused_in(stack, use, creating), "the plugin to see the storage Creating")
+    set_state(stack, name, "Degraded")
+    row = listed(stack)[name]
+    assert (row["state"], row["usable"]) == ("Degraded", True)
+    assert f"{name} Degraded" in run(stack, "list", "-H", "-o", "{name} {state}").splitlines()
+    (shown,) = [line.split() for line in run(stack, "list").splitlines() if line.startswith(name)]
+    assert shown[4] == "Degraded"  # NAME OWNER TYPE CAPACITY STATE ...
+    # DWS still uses Degraded persistent storage: accepted at submit, and the job runs
+    ran = stack.wait(submitted_once_accepted(stack, use), timeout=120)
+    assert (ran.result, ran.exception) == ("COMPLETED", None)
+    assert listed(stack)[name]["state"] == "Degraded"
+    set_state(stack, name, "Active")
+    assert run(stack, "destroy", name).startswith("destroyed")
+    assert name not in listed(stack)
+
+
+def _refused_in(stack, use: str, words: str) -> bool:
+    """``use`` is refused at submit in ``words`` (a job that was accepted is waited for)."""
+    try:
+        jobid = stack.submit(use)
+    except SubmitError as exc:
+        return str(exc) == words
     stack.wait(jobid, timeout=120)
     return False
 

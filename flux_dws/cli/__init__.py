@@ -193,7 +193,7 @@ def _run(
     if args.command == "persistent":
         from flux_dws.cli import persistent
 
-        return persistent.run(args, out, environ)
+        return persistent.run(args, out, environ, source_factory=source_factory)
     if args.command == "rabbits":
         from flux_dws.cli import rabbits
 

@@ -2,7 +2,8 @@
 """``flux dws persistent list|create|destroy|share``: persistent storage as a managed resource.
 
 ``list`` reads DWS's PersistentStorageInstances (live, or a saved JSON as ``flux dws rabbits``
-does); ``share`` sets or clears nnf-sos's ignore-uid annotation, for the instance's owner only;
+does); ``share`` sets or clears nnf-sos's ignore-uid annotation, for the Flux instance owner
+only (flux-core's ``security.owner``; refused when no instance can be asked);
 ``create`` and ``destroy`` run the ``create_persistent`` / ``destroy_persistent`` job for the
 person (a Flux job submitted through flux-core's Python API) and say how it ended.  A destroy
 of storage that jobs use now is refused before any job is submitted.
@@ -21,7 +22,15 @@ from flux_dws.base.jobid import f58
 from flux_dws.base.sizes import parse_size, show_bytes
 from flux_dws.cli.rabbitgraph import read_json
 from flux_dws.cli.render import Column, dumps, format_table
-from flux_dws.cli.sources import KUBE_RETRIES, KUBE_TIMEOUT, user_name
+from flux_dws.cli.sources import (
+    KUBE_RETRIES,
+    KUBE_TIMEOUT,
+    FluxSource,
+    Source,
+    SourceError,
+    flux_uri_problem,
+    user_name,
+)
 from flux_dws.core.persistent import PersistentRow, destroy_refusal, persistent_rows
 
 #: (directive) -> (jobid, the job's eventlog once inactive); replaced in tests.
@@ -52,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser, parser_class: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--from-file", metavar="FILE", help="read saved resources instead of the API")
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the live API")
-    p = sub.add_parser("share", help="let every user's persistentdw use it (owner only)")
+    p = sub.add_parser(
+        "share", help="let every user's persistentdw use it (the instance owner only)"
+    )
     p.add_argument("name", metavar="NAME")
     p.add_argument("--off", action="store_true", help="stop sharing it")
     p.add_argument("--namespace", default="default", help="its namespace (default: default)")
@@ -134,25 +145,18 @@ def _find(rows: Sequence[PersistentRow], name: str, namespace: str) -> Persisten
 
 
 def flux_submit(environ: Mapping[str, str]) -> Submit:
-    """Submit with flux-core's Python API to the instance in FLUX_URI, and wait (bounded)."""
+    """Submit with flux-core's Python API to the instance in FLUX_URI, and wait (bounded) for
+    the job to be inactive, whatever exceptions it had (its eventlog says how it ended)."""
 
     def submit(directive: str, timeout: float) -> tuple[int, list[dict[str, Any]]]:
-        from flux_dws.cli.sources import FluxSource
-
         source = FluxSource(command="flux dws persistent ...", environ=environ)
         try:
-            import flux.job  # present: FluxSource imported flux
-
-            spec = flux.job.JobspecV1.from_command(["true"], num_nodes=1, num_tasks=1)
-            spec.setattr("system.dw", directive)
-            jobid = int(flux.job.submit(source.handle, spec))
-            try:
-                flux.job.event_wait(source.handle, jobid, "clean", timeout=timeout)
-            except TimeoutError:
+            jobid = source.submit(["true"], {"dw": directive})
+            if not source.wait_inactive(jobid, timeout):
                 raise DwsError(
                     f"job {f58(jobid)} ({directive}) has not ended after {timeout:g}s;"
                     f" see flux dws status {f58(jobid)}"
-                ) from None
+                )
             return jobid, source.eventlog(jobid)
         finally:
             source.close()
@@ -183,7 +187,10 @@ def run(
     *,
     submit: Submit | None = None,
     uid: int | None = None,
+    source_factory: Callable[[], Source] | None = None,
 ) -> int:
+    """Run ``flux dws persistent ACTION``; ``submit`` and ``source_factory`` (who owns the
+    instance, for ``share``) replace the Flux instance in FLUX_URI in tests."""
     environ = os.environ if environ is None else environ
     uid = os.getuid() if uid is None else uid
     if args.action == "list":
@@ -201,7 +208,7 @@ def run(
             print(line.rstrip(), file=out)
         return 0
     if args.action == "share":
-        return _share(args, out, uid)
+        return _share(args, out, uid, _instance_owner(environ, source_factory))
     submit = submit or flux_submit(environ)
     if args.action == "create":
         try:
@@ -243,20 +250,38 @@ def run(
     return 0
 
 
-def _share(args: argparse.Namespace, out: TextIO, uid: int) -> int:
+def _instance_owner(environ: Mapping[str, str], source_factory: Callable[[], Source] | None) -> int:
+    """The Flux instance owner's uid; DwsError (one line) when no instance can say."""
+    try:
+        if source_factory is None:
+            problem = flux_uri_problem(environ)
+            if problem:
+                raise SourceError(problem)
+            source: Source = FluxSource(command="flux dws persistent share", environ=environ)
+        else:
+            source = source_factory()
+        try:
+            return source.owner()
+        finally:
+            source.close()
+    except SourceError as exc:
+        raise DwsError(
+            f"only the Flux instance owner may share persistent storage, and no instance"
+            f" could say who that is: {exc}"
+        ) from None
+
+
+def _share(args: argparse.Namespace, out: TextIO, uid: int, owner: int) -> int:
     from flux_dws.k8s import admin
 
+    if uid != owner:
+        raise DwsError(
+            f"only the Flux instance owner ({user_name(owner)}) may share persistent storage"
+        )
     kube = _kube(args.kubeconfig)
     try:
-        psi = admin.get_persistent(kube, args.namespace, args.name)
-        if psi is None:
+        if admin.get_persistent(kube, args.namespace, args.name) is None:
             raise DwsError(f"no persistent storage {args.name!r} in namespace {args.namespace}")
-        (row,) = persistent_rows([psi])
-        if row.owner != uid:
-            raise DwsError(
-                f"persistent storage {args.name!r} belongs to uid {row.owner}:"
-                " only its owner may share it"
-            )
         admin.set_shared(kube, args.namespace, args.name, not args.off)
     finally:
         kube.close()

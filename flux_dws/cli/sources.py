@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """Where ``flux dws`` commands read from: a real Flux instance, or a Stack in tests/simulate.
 
-A source gives three things: a job's eventlog, the jobs the dws jobtap plugin holds
-(``job-manager.dws.list``), and a KubeClient for this instance's workflows.  Each call is
-bounded (RPC timeout; the KubeClient's own per-request timeout and retry limit) and fails
-with one line.
+A source gives four things: a job's eventlog, the jobs the dws jobtap plugin holds
+(``job-manager.dws.list``), the instance owner, and a KubeClient for this instance's
+workflows.  Each call is bounded (RPC timeout; the KubeClient's own per-request timeout and
+retry limit) and fails with one line.  FluxSource alone also submits jobs and waits for them
+to end (``flux dws persistent create|destroy``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import pwd
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -52,6 +54,9 @@ class Source(Protocol):
         """A JSON value flux-dws saved in the job's KVS directory, or None if there is none;
         SourceError when the caller may not read it (only the job's owner and the instance
         owner may)."""
+
+    def owner(self) -> int:
+        """The uid of the instance owner (flux-core's ``security.owner``)."""
 
     def kube(self) -> KubeClient:
         """A KubeClient for this instance's workflows, connected on first use."""
@@ -121,15 +126,20 @@ class FluxSource(_KubeMixin):
         command: str = "flux dws ...",
         environ: Mapping[str, str] | None = None,
     ) -> None:
+        environ = os.environ if environ is None else environ
         try:
             flux = import_flux(environ)
         except FluxUnavailable as exc:
             raise SourceError(f"{exc}{run_under_flux_hint(command, environ)}") from None
+        import flux.job  # noqa: F401 (its job API, for submit and wait_inactive)
+
         from flux_dws.service.daemon import instance_identity
 
         self.timeout = timeout
+        self._flux = flux
+        uri = environ.get("FLUX_URI")  # the instance this environment names
         try:
-            self.handle = flux.Flux()
+            self.handle = flux.Flux(uri) if uri else flux.Flux()
         except OSError as exc:
             raise SourceError(
                 f"cannot connect to the Flux instance: {exc.strerror or exc}"
@@ -179,6 +189,49 @@ class FluxSource(_KubeMixin):
     def plugin_list(self) -> dict[str, Any]:
         return self._rpc("job-manager.dws.list", {}, "dws plugin")
 
+    def owner(self) -> int:
+        try:
+            return int(self.handle.attr_get("security.owner"))
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise SourceError(f"cannot read the instance owner: {reason}") from None
+
+    def submit(self, command: list[str], attributes: Mapping[str, Any]) -> int:
+        """A one-node job running ``command`` with these ``system`` attributes, submitted as
+        the person running this (bounded by the RPC timeout); SourceError says why Flux (the
+        validator, a jobtap plugin) would not take it."""
+        spec = self._flux.job.JobspecV1.from_command(command, num_nodes=1, num_tasks=1)
+        for key, value in attributes.items():
+            spec.setattr(f"system.{key}", value)
+        try:
+            future = self._flux.job.submit_async(self.handle, spec)
+            return int(future.wait_for(self.timeout).get_id())
+        except OSError as exc:
+            if exc.errno == errno.ETIMEDOUT:
+                raise SourceError(f"no answer to the job submission in {self.timeout:g}s") from None
+            raise SourceError(f"the job was refused: {exc.strerror or exc}") from None
+
+    def wait_inactive(self, jobid: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the job's ``clean`` event (it is inactive):
+        False if it has not come by then.  A job's exceptions do not end the wait (its
+        eventlog says how it ended)."""
+        deadline = time.monotonic() + timeout
+        watch = self._flux.job.event_watch_async(self.handle, jobid)
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    event = watch.wait_for(remaining).get_event()
+                except OSError as exc:
+                    if exc.errno == errno.ETIMEDOUT:
+                        return False
+                    raise SourceError(f"job {f58(jobid)}: {exc.strerror or exc}") from None
+                if event is None or event.name == "clean":  # None: the eventlog ended
+                    return True
+            return False
+        finally:
+            if watch.needs_cancel:
+                watch.cancel()
+
     def saved(self, jobid: int, key: str) -> Any:
         payload = {"id": jobid, "keys": [key], "flags": 0}
         try:
@@ -221,6 +274,9 @@ class StackSource(_KubeMixin):
 
     def held_jobs(self) -> list[dict[str, Any]]:
         return list(self.plugin_list().get("jobs") or [])
+
+    def owner(self) -> int:
+        return int(self.stack.owner_uid)
 
     def plugin_list(self) -> dict[str, Any]:
         """The plugin's ``list`` answer, on a connection of our own."""

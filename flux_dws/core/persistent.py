@@ -133,7 +133,7 @@ def use_refusal(row: PersistentRow | None, name: str, userid: int) -> str | None
     if row.owner != userid and not row.shared:
         return (
             f"persistent storage {name!r} belongs to uid {row.owner} and is not shared"
-            f" (its owner can run: flux dws persistent share {name})"
+            f" (the instance owner can share it: flux dws persistent share {name})"
         )
     return None
 
