@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from flux_dws.base.hostlist import encode_hostlist, expand_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.cli import main
 from flux_dws.core.rabbits import rabbit_inventory, servers_held
-from flux_dws.core.rabbitview import rabbit_rows
+from flux_dws.core.rabbitview import rabbit_rows, with_drains
 from flux_dws.testing.dwssim import seed
 
 SAVED = Path(__file__).parent / "data" / "rabbits-3.json"
@@ -246,3 +248,67 @@ def test_live_api_shows_the_capacity_drift_alarm(kubeapi, tmp_path: Path) -> Non
         "flux-dws rabbits: --capacity-drift: [dws] capacity-drift: size 'lots' is not a size"
         " (e.g. 10GiB, 100GB)\n",
     )
+
+
+def test_flux_drains_are_shown_per_rabbit_readable_and_only_its_own_nodes() -> None:
+    rows = rabbit_rows(
+        {"spec": {"storageNodes": [{"name": "r1", "computesAccess": [{"name": "c1"}]}]}},
+        [{"metadata": {"name": "r1"}, "spec": {"state": "Enabled"}}],
+    )
+    assert rows[0].drained is None  # not read: a saved file says nothing of Flux
+    (row,) = with_drains(rows, {"c1": "fan \x1b]0;owned\x07 failure", "c9": "elsewhere"})
+    assert row.drained == {"c1": "fan \\x1b]0;owned\\x07 failure"}
+
+
+def test_a_saved_system_says_nothing_of_flux_drains() -> None:
+    code, out, err = run("--from-file", str(SAVED), "--json")
+    assert code == 0, err
+    assert {r["name"]: r["drained"] for r in json.loads(out)} == {
+        "rabbit-1": None,
+        "rabbit-2": None,
+        "rabbit-3": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def flux_stack():
+    from conftest import _real_flux_missing
+
+    from flux_dws.testing.stack import Stack
+
+    missing = _real_flux_missing()
+    if missing:
+        pytest.skip(missing)
+    with Stack(hosts=4, backend="flux", config={"heartbeat": "2s"}) as running:
+        yield running
+
+
+def test_on_real_flux_a_drained_node_shows_on_the_rabbit_that_serves_it(flux_stack) -> None:
+    """An admin's `flux resource drain` of one node shows on its rabbit alone, reason and all
+    (made readable), through the command as `flux dws rabbits` runs it in the instance."""
+    stack = flux_stack
+    rabbit, hosts = sorted(stack.rabbits.items())[-1]
+    host = hosts[-1]
+    stack.flux.drain(host, "fan \x1b[31mfailure")
+    try:
+        env = stack.flux._env()  # noqa: SLF001 (the instance's environment)
+        argv = [sys.executable, "-m", "flux_dws", "rabbits", "--kubeconfig", stack.kubeconfig]
+        done = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        drained = {r["name"]: r["drained"] for r in json.loads(done.stdout)}
+        assert drained.pop(rabbit) == {host: "fan \\x1b[31mfailure"}
+        assert all(d == {} for d in drained.values())
+        table = subprocess.run(
+            [*argv, "-n", host, "-Ho", "{name} {drained}"], env=env, capture_output=True, text=True
+        )
+        assert table.stdout.split() == [rabbit, host], table.stderr
+    finally:
+        stack.flux.undrain(host)
+    gone = dict(env, FLUX_URI="local:///nonexistent/flux-dws-test")
+    done = subprocess.run(
+        [*argv, "-Ho", "{name} {drained}"], env=gone, capture_output=True, text=True
+    )
+    assert done.returncode == 0  # the rabbits still show; one line says why DRAINED is -
+    assert done.stderr.startswith("flux dws rabbits: cannot read Flux's drains: ")
+    assert len(done.stderr.splitlines()) == 1
+    assert {line.split()[1] for line in done.stdout.splitlines()} == {"-"}

@@ -197,7 +197,7 @@ def _run(
     if args.command == "rabbits":
         from flux_dws.cli import rabbits
 
-        return rabbits.run(args, out)
+        return rabbits.run(args, out, environ)
     if source_factory is None:
         problem = flux_uri_problem(environ)
         if problem:

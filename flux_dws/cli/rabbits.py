@@ -12,6 +12,7 @@ instance's config (``--config``, as rabbit-graph reads it) or ``--capacity-drift
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,13 +20,20 @@ from typing import Any, TextIO
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
+from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.jobid import f58, parse_jobid
 from flux_dws.base.sizes import show_bytes
 from flux_dws.cli.rabbitgraph import instance_config, read_json
 from flux_dws.cli.render import Column, dumps, format_table
 from flux_dws.core.identity import JOBID_LABEL
 from flux_dws.core.policy import policy_from_table
-from flux_dws.core.rabbitview import RabbitRow, job_allocation, rabbit_rows, serving
+from flux_dws.core.rabbitview import (
+    RabbitRow,
+    job_allocation,
+    rabbit_rows,
+    serving,
+    with_drains,
+)
 from flux_dws.core.storage import compute_layout
 
 #: The fields ``flux dws rabbits -o`` knows.
@@ -41,6 +49,7 @@ RABBIT_FIELDS: Mapping[str, Column] = {
     "persistent": Column("PERSISTENT", "held by persistent and system storage"),
     "free": Column("FREE", "still free"),
     "reasons": Column("REASONS", "why it is disabled or drained, and DWS's message"),
+    "drained": Column("DRAINED", "its nodes Flux has drained, as a hostlist (- for none)"),
     "drift": Column(
         "DRIFT", "how much less free than its Servers explain, past [dws] capacity-drift"
     ),
@@ -53,10 +62,10 @@ RABBIT_FORMATS: Mapping[str, str] = {
     ),
     "long": (
         "{name:<12} {state:<8} {status:<10} {total:>8} {allocated:>9} {persistent:>10}"
-        " {free:>8} {drift:>8} {nodes:<20} {reasons}"
+        " {free:>8} {drift:>8} {nodes:<20} {drained:<16} {reasons}"
     ),
     "job": "{name:<12} {status:<10} {allocation:>9} {free:>8} {nodes}",
-    "down": "{name:<12} {state:<8} {status:<10} {nodes:<20} {reasons}",
+    "down": "{name:<12} {state:<8} {status:<10} {nodes:<20} {drained:<16} {reasons}",
 }
 #: Kinds read from a saved file, by kubectl's kind name.
 KINDS = ("SystemConfiguration", "Storage", "Servers", "Workflow", "PersistentStorageInstance")
@@ -230,6 +239,7 @@ def record(row: RabbitRow, allocation: Mapping[str, int]) -> dict[str, Any]:
         "free": show_bytes(row.free),
         "reasons": "; ".join(row.reasons),
         "drift": show_bytes(row.drift.missing) if row.drift else "-",
+        "drained": encode_hostlist(sorted(row.drained)) if row.drained else "-",
         "allocation": show_bytes(allocation.get(row.name, 0)),
     }
 
@@ -251,13 +261,16 @@ def as_json(row: RabbitRow, allocation: Mapping[str, int] | None) -> dict[str, A
         "reasons": list(row.reasons),
         # the alarm, as the service raises it: {total, expected, free} bytes, or null
         "drift": {**row.drift.to_json(), "missing": row.drift.missing} if row.drift else None,
+        # host -> Flux's drain reason, or null where Flux was not read (a saved file)
+        "drained": None if row.drained is None else dict(row.drained),
     }
     if allocation is not None:
         out["allocation"] = allocation.get(row.name, 0)
     return out
 
 
-def run(args: argparse.Namespace, out: TextIO) -> int:
+def run(args: argparse.Namespace, out: TextIO, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
     jobid = parse_jobid(args.jobid) if args.jobid else None
     if args.from_file:
         objects = split_saved(read_json(args.from_file, "saved resources", sys.stdin))
@@ -266,6 +279,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     rows, allocation = select(
         objects, jobid=jobid, node=args.node, drift_threshold=drift_threshold(args)
     )
+    if not args.from_file and environ.get("FLUX_URI"):  # the live system: Flux's drains too
+        from flux_dws.cli.sources import SourceError, flux_drains
+
+        try:
+            rows = with_drains(rows, flux_drains(environ))
+        except SourceError as exc:  # the rest still shows; DRAINED says -
+            print(f"flux dws rabbits: cannot read Flux's drains: {exc}", file=sys.stderr)
     if args.states:
         wanted = {s.strip().lower() for s in args.states.split(",") if s.strip()}
         rows = [r for r in rows if r.status.lower() in wanted or r.state.lower() in wanted]

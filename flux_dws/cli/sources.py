@@ -110,6 +110,33 @@ class _KubeMixin:
 # --------------------------------------------------------------------------- real Flux
 
 
+def flux_drains(environ: Mapping[str, str], timeout: float = RPC_TIMEOUT) -> dict[str, str]:
+    """host -> reason of every node the Flux instance in FLUX_URI has drained (its
+    ``resource.status``, as the service reads it); SourceError in one line when it cannot say.
+
+    Needs neither the dws plugin nor the instance's [dws] table: any user may read it."""
+    from flux_dws.flux.resource import expand_nodelist, parse_resource_status
+
+    problem = flux_uri_problem(environ)
+    if problem:
+        raise SourceError(problem)
+    try:
+        flux = import_flux(environ)
+    except FluxUnavailable as exc:
+        raise SourceError(str(exc)) from None
+    try:
+        handle = flux.Flux(environ["FLUX_URI"])
+        response = handle.rpc("resource.status", {}).wait_for(timeout).get() or {}
+    except OSError as exc:
+        if exc.errno == errno.ETIMEDOUT:
+            raise SourceError(f"no answer from resource.status in {timeout:g}s") from None
+        raise SourceError(f"resource.status: {exc.strerror or exc}") from None
+    try:
+        return parse_resource_status(response, expand_nodelist).drained_hosts()
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise SourceError(f"resource.status: unreadable answer: {exc}") from None
+
+
 def flux_uri_problem(environ: Mapping[str, str]) -> str | None:
     """Why the commands cannot reach a Flux instance, or None if they may try."""
     if not environ.get("FLUX_URI"):

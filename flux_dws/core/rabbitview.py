@@ -59,6 +59,8 @@ class RabbitRow:
     #: workflow (or persistent storage) name -> bytes it holds here
     holders: Mapping[str, int] = field(default_factory=dict)
     drift: Drift | None = None  # less free than its Servers explain, past the threshold
+    #: its nodes Flux has drained (host -> reason); None where Flux's drains were not read
+    drained: Mapping[str, str] | None = None
 
     @property
     def hostlist(self) -> str:
@@ -105,6 +107,18 @@ def _reasons(storage: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str
     if isinstance(message, str) and message.strip():
         found.append(untrusted.text(message, 200))
     return tuple(found)
+
+
+def with_drains(rows: Iterable[RabbitRow], drained: Mapping[str, str]) -> list[RabbitRow]:
+    """The rows with the nodes each rabbit serves that Flux has drained (host -> reason, as
+    ``resource.status`` gives them); reasons made readable, one line each."""
+    return [
+        replace(
+            row,
+            drained={h: untrusted.text(drained[h], 200) for h in row.nodes if h in drained},
+        )
+        for row in rows
+    ]
 
 
 def rabbit_rows(

@@ -143,6 +143,17 @@ def parse_resource_status(
     return NodeStatus(by_rank, drained, frozenset(offline), ssd_parts(response.get("R")))
 
 
+def expand_nodelist(nodelist: Iterable[str]) -> list[str]:
+    """R's ``nodelist`` (hostlist strings) as hostnames in rank order, by flux-core's own
+    hostlist (imported here: it comes with the bindings)."""
+    from flux.hostlist import Hostlist
+
+    names: list[str] = []
+    for item in nodelist:
+        names.extend(Hostlist(item))
+    return names
+
+
 class FluxNodes:
     """NodeControl over a Flux handle (call only on the FluxLoop's thread)."""
 
@@ -171,21 +182,13 @@ class FluxNodes:
             return None, text, exc.errno or 0
 
     def status(self, on_done: Callable[[NodeStatus | None, str | None], None]) -> None:
-        from flux.hostlist import Hostlist
-
-        def expand(nodelist: Iterable[str]) -> list[str]:
-            names: list[str] = []
-            for item in nodelist:
-                names.extend(Hostlist(item))
-            return names
-
         def answered(future: Any) -> None:
             response, error, _ = self._error(future)
             if error is not None:
                 on_done(None, f"resource.status: {error}")
                 return
             try:
-                status = parse_resource_status(response or {}, expand)
+                status = parse_resource_status(response or {}, expand_nodelist)
             except (ValueError, TypeError, AttributeError) as exc:
                 on_done(None, f"resource.status: unreadable answer: {exc}")
                 return

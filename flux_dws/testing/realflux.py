@@ -371,15 +371,10 @@ class RealFlux:
 
     def drained(self) -> dict[str, str]:
         """Drained host -> reason, from resource.status."""
-        from flux.hostlist import Hostlist
-
-        from flux_dws.flux.resource import parse_resource_status
+        from flux_dws.flux.resource import expand_nodelist, parse_resource_status
 
         response = self._handle.rpc("resource.status", {}, nodeid=0).get()
-        status = parse_resource_status(
-            response, lambda lists: [h for item in lists for h in Hostlist(item)]
-        )
-        return status.drained_hosts()
+        return parse_resource_status(response, expand_nodelist).drained_hosts()
 
     def drain_table(self) -> str:
         """What `flux resource drain -o "{nodelist} {reason}"` prints (reasons not cut)."""
