@@ -629,3 +629,45 @@ def test_a_users_own_ssd_through_the_service_is_replaced_and_held_to_the_site_li
             )
         assert str(shape.value) == WHOLE_NODES
         assert [w["metadata"]["name"] for w in stack.workflows()] == []
+
+
+def test_a_huge_breakdown_count_fails_its_job_clearly_and_leaves_nothing_behind() -> None:
+    """issue 22 item 2, through the service: nnf-sos's breakdown asks for 10**12 servers; the
+    job fails at Proposal naming the count and its workflow is torn down, while a breakdown
+    asking for the most Fluxion takes (2**32-1) is planned by arithmetic and the job runs."""
+    from flux_dws.testing.stack import Stack
+
+    counts = {"huge": 1_000_000_000_000, "large": MAX_COUNT}
+
+    def nnf_sos_says(operation: str, old: dict | None, new: dict) -> dict:
+        directive = (new.get("spec") or {}).get("directive", "")
+        storage = (new.get("status") or {}).get("storage") or {}
+        for word, count in counts.items():
+            if f"name={word}" in directive:
+                for aset in storage.get("allocationSets") or []:
+                    if aset.get("label") == "ost":
+                        aset.setdefault("constraints", {})["count"] = count
+        return new
+
+    planned: list[int] = []  # allocationCount of each Servers entry the service wrote
+
+    def servers_written(operation: str, old: dict | None, new: dict) -> None:
+        for aset in (new.get("spec") or {}).get("allocationSets") or []:
+            planned.extend(entry.get("allocationCount", 0) for entry in aset.get("storage", []))
+
+    with Stack(hosts=2) as stack:
+        assert stack.api is not None
+        stack.api.store.add_admission("directivebreakdowns", nnf_sos_says)
+        stack.api.store.add_admission("servers", servers_written)
+        huge = stack.submit("#DW jobdw type=lustre capacity=1TiB name=huge", nnodes=2)
+        large = stack.submit("#DW jobdw type=lustre capacity=1TiB name=large", nnodes=2)
+        bad = stack.wait(huge, timeout=60)
+        assert bad.result != "COMPLETED" and bad.exception is not None
+        note = bad.exception.get("note", "")
+        assert "constraints.count 1000000000000 is not a count" in note and "\n" not in note
+        assert not bad.holds
+        assert stack.left_behind(huge) == []
+        good = stack.wait(large, timeout=60)
+        assert good.result == "COMPLETED", good.exception
+        assert MAX_COUNT in planned  # the one rabbit of the job's 2 nodes got every OST
+        assert stack.left_behind(large) == []
