@@ -18,10 +18,14 @@ The policy is the instance's ``[dws]`` table, read once when the validator proce
 job-ingest restarts its validators on ``flux config reload`` (and whenever they were idle),
 so a changed table is picked up there.  A bad table rejects every #DW job with a message
 that names the bad key (and tells the admin, through the broker log) rather than accepting
-jobs the service will refuse; jobs without #DW pass untouched either way.
+jobs the service will refuse; jobs without #DW pass untouched either way, but for one
+rule: with ``rabbit-scheduling`` (read from the table even when the rest of it is bad), a
+job without #DW that asks for ``ssd`` is refused, since only flux-dws's rewrite of a #DW job
+may ask Fluxion for rabbit storage.
 
-flux is imported only when flux-core instantiates the plugin, so :func:`validate_attributes`
-and :class:`DwsValidator` import and test without flux-core.
+The checks themselves are :func:`flux_dws.core.request.validate_attributes`.  flux is imported
+only when flux-core instantiates the plugin, so they and :class:`DwsValidator` import and test
+without flux-core.
 """
 
 from __future__ import annotations
@@ -58,42 +62,18 @@ def _load_own_package() -> None:
 
 _load_own_package()
 
-from flux_dws.base.errors import PolicyError, RequestError  # noqa: E402 - needs the package above
-from flux_dws.core.jobspec import (  # noqa: E402
-    check_per_node,
-    directive_bytes_per_node,
-    node_count,
-    without_ssd,
-)
+from flux_dws.base.errors import PolicyError  # noqa: E402 - needs the package above
+from flux_dws.core.jobspec import OWN_SSD, has_ssd  # noqa: E402
 from flux_dws.core.policy import TABLE, Policy, policy_from_table  # noqa: E402
-from flux_dws.core.request import DW_ATTR, TIMEOUT_ATTR, request_from_attributes  # noqa: E402
-from flux_dws.core.storage import StorageError  # noqa: E402
+from flux_dws.core.request import (  # noqa: E402
+    DW_ATTR,
+    TIMEOUT_ATTR,
+    validate_attributes,
+)
 
 LOG = logging.getLogger("flux-dws.validator")
 #: Seconds to wait for the broker's answer to config.get.
 CONFIG_TIMEOUT = 30.0
-
-
-def validate_attributes(
-    system: Mapping[str, Any] | None,
-    policy: Policy,
-    userid: int,
-    owner_uid: int,
-    resources: Any = None,
-) -> str | None:
-    """The one-line reason to reject a job with these attributes.system (and jobspec
-    ``resources``, for the site's storage limits), or None to accept."""
-    try:
-        request = request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
-        if request is not None:  # a user's own ssd is replaced at release; deeper, refused
-            resources = without_ssd(resources)
-        if request is not None and policy.storage_limits:
-            nnodes = node_count(resources)
-            per_node = directive_bytes_per_node(request.directives, nnodes, policy.storage_limits)
-            check_per_node(per_node, policy.storage_limits)
-    except (RequestError, StorageError) as exc:
-        return str(exc)
-    return None
 
 
 def is_dws_job(system: object) -> bool:
@@ -115,6 +95,9 @@ class DwsValidator:
     def __init__(self, parser: Any = None) -> None:
         self.policy: Policy | PolicyError = PolicyError("flux-dws validator: not configured")
         self.owner_uid = -1
+        # Fluxion's graph holds the rabbits: a job without #DW may not ask for ssd.  Read
+        # from the table even when the rest of it is bad, so a typo elsewhere lets none by.
+        self.rabbit_scheduling = False
 
     def configure(self, args: Any) -> None:
         """flux-core's hook, run once per validator process: read the config and owner."""
@@ -136,12 +119,21 @@ class DwsValidator:
         self.owner_uid = owner_uid
         if isinstance(self.policy, PolicyError):
             LOG.error("%s: every #DW job is rejected until the config is fixed", self.policy)
+            table = config.get(TABLE)
+            self.rabbit_scheduling = (
+                isinstance(table, Mapping) and table.get("rabbit-scheduling") is True
+            )
+        else:
+            self.rabbit_scheduling = self.policy.rabbit_scheduling
 
     def validate(self, job: Any) -> tuple[int, str] | None:
         """(EINVAL, reason) for a job to reject, None to accept (flux-core's contract)."""
         attributes = job.jobspec.get("attributes") if isinstance(job.jobspec, Mapping) else None
         system = attributes.get("system") if isinstance(attributes, Mapping) else None
+        resources = job.jobspec.get("resources") if isinstance(job.jobspec, Mapping) else None
         if not is_dws_job(system):
+            if self.rabbit_scheduling and has_ssd(resources):
+                return (errno.EINVAL, OWN_SSD)
             return None
         if isinstance(self.policy, PolicyError):
             return (
@@ -149,7 +141,6 @@ class DwsValidator:
                 f"#DW jobs are not accepted: this instance's DWS configuration is invalid "
                 f"({self.policy}); contact the administrator",
             )
-        resources = job.jobspec.get("resources")
         reason = validate_attributes(system, self.policy, job.userid, self.owner_uid, resources)
         return None if reason is None else (errno.EINVAL, reason)
 

@@ -250,6 +250,27 @@ test_expect_success 'a bad [dws] table rejects every #DW job, naming the key' '
     flux run hostname
 '
 
+test_expect_success 'with rabbit scheduling, a job without dw that asks for ssd is refused' '
+    configure_validator "rabbit-scheduling = true" &&
+    flux run --dry-run -N1 hostname >plain.json &&
+    flux python -c "import json, sys; j = json.load(sys.stdin); \
+j[\"resources\"][0][\"with\"].append({\"type\": \"ssd\", \"count\": 1}); \
+print(json.dumps(j))" <plain.json >ssd.json &&
+    test_must_fail flux job submit ssd.json 2>ssd.err &&
+    grep "the job.s resources ask for ssd themselves; rabbit storage is asked for with #DW jobdw" ssd.err &&
+    test $(wc -l <ssd.err) -eq 1 &&
+    flux job submit plain.json >plain.id &&
+    flux job wait-event $(cat plain.id) clean
+'
+
+test_expect_success 'with rabbit scheduling, a #DW job with storage must ask for whole nodes' '
+    test_must_fail flux submit -n1 -S dw="$DW" hostname 2>shape.err &&
+    grep "a job with rabbit storage must ask for whole nodes (flux run -N)" shape.err &&
+    test $(wc -l <shape.err) -eq 1 &&
+    id=$(flux submit --urgency=0 -N1 -S dw="$DW" hostname) &&
+    flux cancel $id
+'
+
 test_expect_success 'remove the validator configuration' '
     rm -f "$VALIDATOR_TOML" &&
     flux config reload &&

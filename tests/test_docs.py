@@ -57,6 +57,7 @@ from flux_dws.core.directives import parse_directives
 from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide, decide_unreadable
 from flux_dws.core.policy import (
     CONFIG_KEYS,
+    COUNT_BOUNDS,
     DEFAULT_TIMEOUTS,
     TIMEOUT_KEYS,
     Policy,
@@ -437,6 +438,12 @@ def test_toml_blocks_are_accepted_or_refused_as_shown():
 def test_man5_keys_are_the_config_keys():
     keys = re.findall(r"^([a-z][a-z-]*)\n   \S", section(MAN5, "KEYS"), re.MULTILINE)
     assert sorted(keys) == sorted(CONFIG_KEYS)
+
+
+def test_man5_gives_each_count_key_its_range():
+    text = section(MAN5, "KEYS")
+    for key, (least, most) in COUNT_BOUNDS.items():
+        assert re.search(rf"^{key}\n   \(optional\) Integer, {least} to {most}\b", text, re.M), key
 
 
 def timeout_rows(text: str) -> dict[str, tuple[float, float]]:

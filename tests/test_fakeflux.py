@@ -845,7 +845,7 @@ def test_submit_accepts_well_formed_attributes(ff: FakeFlux) -> None:
 def test_validator_runs_first_and_sees_the_submitter(clock: FakeClock) -> None:
     calls: list[tuple[dict[str, Any], int]] = []
 
-    def validator(attributes: dict[str, Any], userid: int) -> str | None:
+    def validator(attributes: dict[str, Any], userid: int, resources: Any) -> str | None:
         calls.append((attributes, userid))
         return "dw: directive 1: unknown command 'jbdw'" if "jbdw" in attributes["dw"] else None
 

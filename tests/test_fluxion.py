@@ -193,3 +193,42 @@ def test_a_lustre_job_over_two_rabbits_reserves_its_mdt_where_servers_put_it(sta
 
 
 XFS_20 = "#DW jobdw type=xfs capacity=20GiB name=scratch"
+
+
+def test_a_users_own_ssd_is_replaced_so_fluxion_holds_what_dws_allocates(stack):
+    """issue 22: the rewrite is the only source of ssd.  A #DW job that asks for 90 GiB of
+    ssd itself beside each node gets the rewrite's 30 GiB instead, so on each rabbit Fluxion
+    holds what Servers asks DWS to allocate there (rounded up to whole parts of the pool:
+    rabbit-graph --chunks), not the user's figure; a job without #DW that asks for ssd is
+    refused at submit, naming the rule."""
+    from flux_dws.core.jobspec import OWN_SSD
+    from flux_dws.core.rabbits import servers_held, ssd_parts
+    from flux_dws.testing.fakeflux import SubmitError
+
+    node_and_ssd = [
+        {"type": "node", "count": 1, "with": [{"type": "core", "count": 1}]},
+        {"type": "ssd", "count": 90},
+    ]
+    own = [{"type": "slot", "count": 2, "label": "task", "with": node_and_ssd}]
+    jobid = stack.submit(
+        "#DW jobdw type=xfs capacity=30GiB name=scratch", nnodes=2, runtime=None, resources=own
+    )
+    try:
+        stack.wait_event(jobid, "start", timeout=120)
+        R = stack.flux.job_R(jobid)
+        parts = ssd_parts(R)
+        name = f"fluxjob-{stack.identity}-{jobid}"
+        allocated = servers_held(stack.api.store.get("servers", "default", f"{name}-0"))
+        nodes = allocated_rabbits(R)
+        assert set(allocated) == set(parts) == set(nodes)
+        for rabbit, rabbit_parts in parts.items():
+            held = sum(gib for _, gib in rabbit_parts) * GIB
+            biggest = max(gib for _, gib in rabbit_parts) * GIB
+            assert allocated[rabbit] == len(nodes[rabbit]) * 30 * GIB
+            assert allocated[rabbit] <= held < allocated[rabbit] + len(nodes[rabbit]) * biggest
+    finally:
+        stack.cancel(jobid)
+        stack.wait(jobid, timeout=120)
+    with pytest.raises(SubmitError) as refused:
+        stack.flux.submit({}, nnodes=2, resources=own)
+    assert OWN_SSD in str(refused.value)

@@ -17,6 +17,7 @@ from flux_dws.base.errors import PolicyError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.core.policy import (
     CONFIG_KEYS,
+    COUNT_BOUNDS,
     DEFAULT_TIMEOUTS,
     TIMEOUT_KEYS,
     Policy,
@@ -448,15 +449,29 @@ def test_max_proposals_is_a_count_and_zero_means_no_limit():
     assert policy_from_table({}).max_proposals == 16
     assert policy_from_table({"max-proposals": 0}).max_proposals == 0
     assert policy_from_table({"max-proposals": 200}).max_proposals == 200
-    for bad, message in ((-1, "0 \\(no limit\\) or more"), ("16", "integer, not string"),
+    for bad, message in ((-1, "0 \\(no limit\\) to 10000, not -1"), ("16", "not string"),
                          (True, "integer, not boolean"), (1.5, "integer, not float")):  # fmt: skip
         with pytest.raises(PolicyError, match=f"^\\[dws\\] max-proposals: .*{message}"):
             policy_from_table({"max-proposals": bad})
 
 
+@pytest.mark.parametrize("key", sorted(COUNT_BOUNDS))
+def test_every_count_is_bounded_both_ways_naming_the_key_and_the_range(key: str) -> None:
+    """issue 22: ``api-threads = 10**30`` made the service build ``range(threads)`` threads."""
+    least, most = COUNT_BOUNDS[key]
+    field = key.replace("-", "_")
+    assert getattr(policy_from_table({key: least}), field) == least
+    assert getattr(policy_from_table({key: most}), field) == most
+    assert least <= getattr(Policy(), field) <= most  # the default is inside
+    for bad in (most + 1, 10**30, least - 1, -(10**5000)):
+        message = error_of({key: bad})
+        assert message.startswith(f"[dws] {key}: must be from {least}")
+        assert f"to {most}, not " in message and "\n" not in message and len(message) < 200
+
+
 def test_api_threads_needs_one_for_moves_and_one_for_the_rest():
     assert policy_from_table({}).api_threads == 4
     assert policy_from_table({"api-threads": 12}).api_threads == 12
-    for bad, message in ((1, "must be 2 or more, not 1"), (0, "2 or more"), ("4", "not string")):
+    for bad, message in ((1, "must be from 2 to 64, not 1"), (0, "2 to 64"), ("4", "not string")):
         with pytest.raises(PolicyError, match=f"^\\[dws\\] api-threads: .*{message}"):
             policy_from_table({"api-threads": bad})

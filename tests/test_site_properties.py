@@ -26,7 +26,13 @@ from flux_dws.base.hostlist import MAX_EXPANSION, HostlistError, expand_hostlist
 from flux_dws.cli.records import render_output
 from flux_dws.core import copies, health
 from flux_dws.core.output import OUTPUT_VERSION, read_saved
-from flux_dws.core.policy import Policy, policy_from_table
+from flux_dws.core.policy import (
+    CONFIG_KEYS,
+    COUNT_BOUNDS,
+    MAX_LOG_SIZE,
+    Policy,
+    policy_from_table,
+)
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
 from flux_dws.core.workflow import _directive_of, _strip_directive
@@ -219,20 +225,27 @@ def test_saved_output_prints_only_readable_lines(containers, note, limit):
 
 # ---- policy: the [dws] table --------------------------------------------------------------
 
-KEYS = st.sampled_from(
-    ["metrics-address", "health-interval", "max-proposals", "container-log-size", "presets"]
-)
+KEYS = st.sampled_from(CONFIG_KEYS)  # every key of the [dws] table, as policy.py lists them
+EDGES = st.sampled_from(
+    ["²", "::1", "[::1]:9", "h:1:2", "[]:1", "1TiB", "16MiB", "17MiB", "0", "inf", "5x"]
+) | st.sampled_from(sorted({n + d for b in COUNT_BOUNDS.values() for n in b for d in (-1, 0, 1)}))
 
 
 @PROPERTY
-@given(key=KEYS, value=JSON | TEXT | st.sampled_from(["²", "::1", "[::1]:9", "h:1:2", "[]:1"]))
+@given(key=KEYS, value=JSON | TEXT | EDGES)
 def test_policy_takes_a_value_or_says_why_in_one_line(key, value):
     try:
         policy = policy_from_table({key: value})
     except PolicyError as exc:
         assert readable_line(str(exc), 600), str(exc)
+        assert str(exc).startswith("[dws] ") and key in str(exc), str(exc)
         return
     assert isinstance(policy, Policy)
+    if key in COUNT_BOUNDS:
+        least, most = COUNT_BOUNDS[key]
+        assert least <= getattr(policy, key.replace("-", "_")) <= most
+    if key == "container-log-size":
+        assert 0 <= policy.container_log_size <= MAX_LOG_SIZE
     if key == "metrics-address" and policy.metrics_address is not None:
         host, port = policy.metrics_address
         assert 0 <= port <= 65535 and host and "[" not in host

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from flux_dws.base.sizes import MAX_BYTES, MAX_COUNT, ceil_div
 from flux_dws.cli import main
 from flux_dws.core.jobspec import (
+    MAX_NESTING,
     RABBIT_SLOT,
     StorageLimit,
     min_allocations,
@@ -28,6 +29,7 @@ from flux_dws.core.jobspec import (
     reserved_gib,
     without_ssd,
 )
+from flux_dws.core.policy import Policy
 from flux_dws.core.rabbits import GIB, RabbitError, rabbit_inventory, resource_graph
 from flux_dws.core.storage import (
     ACROSS_SERVERS,
@@ -327,6 +329,34 @@ def test_ssd_deeper_than_the_rewrite_reaches_is_refused() -> None:
     ]
 
 
+def nested(levels: int, bottom: dict | None = None) -> list[dict]:
+    """``node x 2`` over slots nested so that the resources are ``levels`` deep."""
+    deep: dict = bottom or {"type": "core", "count": 1}
+    for _ in range(levels - 2):
+        deep = {"type": "slot", "count": 1, "label": "task", "with": [deep]}
+    return [{"type": "node", "count": 2, "with": [deep]}]
+
+
+def test_resources_nested_past_the_bound_fail_in_one_line_not_in_recursion() -> None:
+    """The release copied the whole request (copy.deepcopy) and looked for ssd by recursion:
+    resources nested 480 deep (960 JSON levels, which Flux and Python still read) raised
+    RecursionError in the service instead of a release or a failure."""
+    needs = [need("xfs", PER_COMPUTE, GIB)]
+    with pytest.raises(StorageError, match=f"^the job's resources nest more than {MAX_NESTING}"):
+        rabbit_resources(nested(480), needs, {})
+    with pytest.raises(StorageError, match="nest more than"):
+        rabbit_resources(nested(MAX_NESTING + 1), needs, {})
+    deepest = nested(MAX_NESTING)
+    rewritten = rabbit_resources(deepest, needs, {})
+    assert rewritten is not None and rewritten[0]["with"][0]["with"] == deepest[0]["with"]
+    assert without_ssd(rewritten) == deepest
+    assert deepest == nested(MAX_NESTING)  # the request itself is left as it was
+    # and at submit, in the validator's words
+    system = {"dw": "#DW jobdw type=xfs capacity=1GiB name=scratch"}
+    reason = validate_attributes(system, Policy(rabbit_scheduling=True), 1000, 1000, nested(480))
+    assert reason is not None and reason.startswith("the job's resources nest more than")
+
+
 @st.composite
 def user_resources(draw):
     """A jobspec's resources as a user might write them (a ``node``, ``slot`` or ``chassis``
@@ -548,3 +578,96 @@ def test_two_directives_past_int64_fail_their_job_and_block_no_other() -> None:
         assert "xfs storage add up to more than" in note and "\n" not in note
         good = stack.submit("#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=1)
         assert stack.wait(good, timeout=60).result == "COMPLETED"
+
+
+def test_a_users_own_ssd_through_the_service_is_replaced_and_held_to_the_site_limit() -> None:
+    """issue 22, end to end: a #DW job's own ssd is replaced by the rewrite's (the same rule
+    as for any other job) and its storage is checked against ``max-per-node`` at submit; a
+    job without #DW may not ask for ssd, nor may a #DW job whose shape the rewrite cannot
+    take (both passed submit before, the latter to fail only at release)."""
+    from flux_dws.core.jobspec import OWN_SSD, WHOLE_NODES
+    from flux_dws.testing.fakeflux import SubmitError
+    from flux_dws.testing.stack import Stack
+
+    config = {"rabbit-scheduling": True, "storage": {"xfs": {"max-per-node": "512GiB"}}}
+    own = [
+        {
+            "type": "slot",
+            "count": 2,
+            "label": "task",
+            "with": [{"type": "node", "count": 1}, {"type": "ssd", "count": 1}],
+        }
+    ]
+    with Stack(hosts=2, config=config) as stack:
+        jobid = stack.submit(
+            "#DW jobdw type=xfs capacity=100GiB name=scratch", nnodes=2, resources=own
+        )
+        info = stack.wait(jobid, timeout=60)
+        assert info.result == "COMPLETED", info.exception
+        updates = [
+            e["context"]["resources"]
+            for e in info.events("jobspec-update")
+            if "resources" in e["context"]
+        ]
+        node_and_ssd = [
+            {"type": "node", "count": 1},
+            {"type": "ssd", "count": 100, "exclusive": True},
+        ]
+        assert updates == [[{"type": "slot", "count": 2, "label": "task", "with": node_and_ssd}]]
+        with pytest.raises(SubmitError) as over:
+            stack.submit("#DW jobdw type=xfs capacity=1TiB name=scratch", nnodes=2, resources=own)
+        assert str(over.value) == (
+            "xfs storage of 1024 GiB per node is over the site maximum of 512 GiB per node"
+        )
+        with pytest.raises(SubmitError) as plain:
+            stack.flux.submit({}, nnodes=2, resources=own)
+        assert str(plain.value) == OWN_SSD
+        no_node = [{"type": "slot", "count": 2, "label": "task", "with": [{"type": "core"}]}]
+        with pytest.raises(SubmitError) as shape:
+            stack.submit(
+                "#DW jobdw type=xfs capacity=1GiB name=scratch", nnodes=2, resources=no_node
+            )
+        assert str(shape.value) == WHOLE_NODES
+        assert [w["metadata"]["name"] for w in stack.workflows()] == []
+
+
+def test_a_huge_breakdown_count_fails_its_job_clearly_and_leaves_nothing_behind() -> None:
+    """issue 22 item 2, through the service: nnf-sos's breakdown asks for 10**12 servers; the
+    job fails at Proposal naming the count and its workflow is torn down, while a breakdown
+    asking for the most Fluxion takes (2**32-1) is planned by arithmetic and the job runs."""
+    from flux_dws.testing.stack import Stack
+
+    counts = {"huge": 1_000_000_000_000, "large": MAX_COUNT}
+
+    def nnf_sos_says(operation: str, old: dict | None, new: dict) -> dict:
+        directive = (new.get("spec") or {}).get("directive", "")
+        storage = (new.get("status") or {}).get("storage") or {}
+        for word, count in counts.items():
+            if f"name={word}" in directive:
+                for aset in storage.get("allocationSets") or []:
+                    if aset.get("label") == "ost":
+                        aset.setdefault("constraints", {})["count"] = count
+        return new
+
+    planned: list[int] = []  # allocationCount of each Servers entry the service wrote
+
+    def servers_written(operation: str, old: dict | None, new: dict) -> None:
+        for aset in (new.get("spec") or {}).get("allocationSets") or []:
+            planned.extend(entry.get("allocationCount", 0) for entry in aset.get("storage", []))
+
+    with Stack(hosts=2) as stack:
+        assert stack.api is not None
+        stack.api.store.add_admission("directivebreakdowns", nnf_sos_says)
+        stack.api.store.add_admission("servers", servers_written)
+        huge = stack.submit("#DW jobdw type=lustre capacity=1TiB name=huge", nnodes=2)
+        large = stack.submit("#DW jobdw type=lustre capacity=1TiB name=large", nnodes=2)
+        bad = stack.wait(huge, timeout=60)
+        assert bad.result != "COMPLETED" and bad.exception is not None
+        note = bad.exception.get("note", "")
+        assert "constraints.count 1000000000000 is not a count" in note and "\n" not in note
+        assert not bad.holds
+        assert stack.left_behind(huge) == []
+        good = stack.wait(large, timeout=60)
+        assert good.result == "COMPLETED", good.exception
+        assert MAX_COUNT in planned  # the one rabbit of the job's 2 nodes got every OST
+        assert stack.left_behind(large) == []

@@ -20,8 +20,10 @@ import pytest
 
 import flux_dws.validator as validator_module
 from flux_dws.base.errors import PolicyError, RequestError
+from flux_dws.core.jobspec import MAX_NESTING, OWN_SSD, WHOLE_NODES, rabbit_resources
 from flux_dws.core.policy import policy_from_table
 from flux_dws.core.request import request_from_attributes
+from flux_dws.core.storage import PER_COMPUTE, AllocationNeed, StorageError
 from flux_dws.flux.bindings import bindings_problem
 from flux_dws.validator import DwsValidator, is_dws_job, site_policy, validate_attributes
 
@@ -240,3 +242,88 @@ def test_check_validator_runs_job_ingest_s_own_loader(tmp_path: Path) -> None:
     broken.write_text("import kubernetes_is_not_here\n")
     verdict = check(str(broken))
     assert not verdict.ok and str(broken) in verdict.message
+
+
+# ---- ssd and shapes, with rabbit scheduling (issue 22) -------------------------------------
+
+RABBITS = {"dws": {"rabbit-scheduling": True}}
+TASK = {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 1}]}
+WHOLE = [{"type": "node", "count": 2, "with": [TASK]}]  # flux run -N2
+WITH_SSD = [{"type": "node", "count": 1, "with": [TASK, {"type": "ssd", "count": 100}]}]
+
+
+def spec(system: Any, resources: Any) -> SimpleNamespace:
+    jobspec = {"version": 1, "attributes": {"system": system}, "tasks": [], "resources": resources}
+    return SimpleNamespace(jobspec=jobspec, userid=USER, flags=0, urgency=16)
+
+
+def test_a_job_without_dw_that_asks_for_ssd_is_refused_where_fluxion_holds_the_rabbits() -> None:
+    """Such a job took rabbit SSD in Fluxion that DWS knew nothing of (it passed untouched)."""
+    plugin = configured(RABBITS)
+    ssd = [{"type": "slot", "count": 1, "label": "task", "with": [WITH_SSD[0]]}]
+    for resources in (WITH_SSD, ssd, [{"type": "ssd", "count": 1}]):
+        assert plugin.validate(spec({"duration": 60}, resources)) == (errno.EINVAL, OWN_SSD)
+    assert plugin.validate(spec({"duration": 60}, WHOLE)) is None
+    assert plugin.validate(spec(None, [TASK])) is None
+    # where Fluxion does not hold the rabbits, ssd is not flux-dws's to refuse
+    assert configured({"dws": {}}).validate(spec({}, WITH_SSD)) is None
+    # a typo elsewhere in the table does not let such a job by
+    broken = configured({"dws": {"rabbit-scheduling": True, "namespce": "x"}})
+    assert broken.validate(spec({}, WITH_SSD)) == (errno.EINVAL, OWN_SSD)
+    assert broken.validate(spec({}, WHOLE)) is None
+    assert validate_attributes({}, policy_from_table(RABBITS["dws"]), USER, OWNER, WITH_SSD) == (
+        OWN_SSD
+    )
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        [TASK],  # flux run -n1: no node at all
+        [{"type": "cluster", "count": 1, "with": WHOLE}],
+        WHOLE + WHOLE,  # two top-level entries
+        [{"type": "slot", "count": 2, "label": "task", "with": [{"type": "core", "count": 1}]}],
+    ],
+)
+def test_a_shape_the_rewrite_cannot_take_is_refused_at_submit_with_the_release_s_words(
+    resources: Any,
+) -> None:
+    """It passed at submit and failed only at release, after its workflow was made."""
+    plugin = configured(RABBITS)
+    with pytest.raises(StorageError) as release:
+        rabbit_resources(resources, [AllocationNeed("bd", ("d", "s"), "xfs", PER_COMPUTE, 1)], {})
+    assert str(release.value) == WHOLE_NODES
+    assert plugin.validate(spec({"dw": JOBDW}, resources)) == (errno.EINVAL, WHOLE_NODES)
+    # a #DW job with no rabbit storage is not rewritten: any shape goes
+    assert plugin.validate(spec({"dw": "#DW Setup action=complete"}, resources)) is None
+    # and without rabbit scheduling nothing is rewritten either
+    assert configured({"dws": {}}).validate(spec({"dw": JOBDW}, resources)) is None
+
+
+def test_shapes_the_rewrite_takes_pass() -> None:
+    plugin = configured(RABBITS)
+    chassis = [{"type": "chassis", "count": 1, "with": WHOLE}]
+    node_and_ssd = [{"type": "node", "count": 1}, {"type": "ssd", "count": 1}]
+    users_own = [{"type": "slot", "count": 2, "label": "task", "with": node_and_ssd}]
+    for resources in (WHOLE, chassis, users_own, None):
+        assert plugin.validate(spec({"dw": JOBDW}, resources)) is None, resources
+
+
+def test_a_jobspec_nested_as_deep_as_json_allows_is_answered_not_crashed() -> None:
+    """has_ssd recursed, two frames a level: resources nested 480 deep (960 JSON levels,
+    which job-ingest's Python still reads) raised RecursionError in the validator."""
+
+    def nested(bottom: dict[str, Any]) -> list[dict[str, Any]]:
+        deep = bottom
+        for _ in range(480):
+            deep = {"type": "slot", "count": 1, "label": "task", "with": [deep]}
+        return [{"type": "node", "count": 1, "with": [deep]}]
+
+    plugin = configured(RABBITS)
+    too_deep = (errno.EINVAL, f"the job's resources nest more than {MAX_NESTING} levels deep")
+    plain = nested({"type": "core", "count": 1})
+    assert plugin.validate(spec({}, plain)) is None
+    assert plugin.validate(spec({"dw": JOBDW}, plain)) == too_deep
+    ssd = nested({"type": "ssd", "count": 1})
+    assert plugin.validate(spec({}, ssd)) == (errno.EINVAL, OWN_SSD)
+    assert plugin.validate(spec({"dw": JOBDW}, ssd)) == (errno.EINVAL, OWN_SSD)

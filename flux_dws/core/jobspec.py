@@ -15,7 +15,6 @@ not known before placement.  The site's limits
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,25 +159,83 @@ def node_count(resources: Any) -> int | None:
     return None
 
 
-def _has_ssd(resource: Any) -> bool:
-    if not isinstance(resource, Mapping):
-        return False
-    children = resource.get("with")
-    return resource.get("type") == SSD_TYPE or any(
-        _has_ssd(c) for c in (children if isinstance(children, list) else [])
-    )
+#: What a job is told when its own jobspec asks for ``ssd`` where flux-dws may not replace it.
+OWN_SSD = (
+    "the job's resources ask for ssd themselves; rabbit storage is asked for with "
+    "#DW jobdw, and flux-dws adds the ssd"
+)
+#: What a job with rabbit storage is told when its resources are not a shape the rewrite takes.
+WHOLE_NODES = (
+    "a job with rabbit storage must ask for whole nodes (flux run -N), so that each "
+    "node gets its share of SSD"
+)
+
+
+#: The deepest a #DW job's resources may nest.  A real jobspec nests a handful of levels
+#: (cluster, rack, node, socket, core, slot); JSON may nest hundreds, more than Python's
+#: recursion limit leaves room for once the service sends the rewrite back to Flux.
+MAX_NESTING = 16
+
+
+def check_nesting(resources: Any) -> None:
+    """StorageError when the resources nest more than :data:`MAX_NESTING` levels deep
+    (walked with a list, never by recursion)."""
+    todo = [(r, 1) for r in resources] if isinstance(resources, list) else []
+    while todo:
+        resource, depth = todo.pop()
+        if depth > MAX_NESTING:
+            raise StorageError(f"the job's resources nest more than {MAX_NESTING} levels deep")
+        children = resource.get("with") if isinstance(resource, Mapping) else None
+        if isinstance(children, list):
+            todo.extend((c, depth + 1) for c in children)
 
 
 def has_ssd(resources: Any) -> bool:
-    """Do the resources ask for ``ssd`` anywhere (rewritten already, or the user's own)?"""
-    return isinstance(resources, list) and any(_has_ssd(top) for top in resources)
+    """Do the resources ask for ``ssd`` anywhere (rewritten already, or the user's own)?
+
+    Walked with a list, not by recursion: a jobspec nested as deep as JSON allows is looked
+    through in one pass over what it holds, never a RecursionError."""
+    todo = list(resources) if isinstance(resources, list) else []
+    while todo:
+        resource = todo.pop()
+        if not isinstance(resource, Mapping):
+            continue
+        if resource.get("type") == SSD_TYPE:
+            return True
+        children = resource.get("with")
+        if isinstance(children, list):
+            todo.extend(children)
+    return False
+
+
+def check_no_ssd(resources: Any) -> None:
+    """StorageError (:data:`OWN_SSD`) when the resources ask for ``ssd`` anywhere: with
+    rabbits in Fluxion's graph, only flux-dws's rewrite of a #DW job may ask for their SSD."""
+    if has_ssd(resources):
+        raise StorageError(OWN_SSD)
+
+
+def rewritten_nodes(resources: Any) -> int:
+    """The job's node count, for a jobspec the rewrite can take (a top-level ``node``, or a
+    ``slot`` or ``chassis`` of nodes); StorageError (:data:`WHOLE_NODES`) for any other."""
+    nnodes = node_count(resources)
+    if nnodes is None:
+        raise StorageError(WHOLE_NODES)
+    return nnodes
 
 
 def without_ssd(resources: Any) -> Any:
     """The resources as the user asked before any rewrite: a ``slot[rabbit]`` of nodes made
     a ``node x N`` again and every top-level ``ssd`` taken out.  The rewrite is the only
     source of ssd (a user's own would let Fluxion reserve less than DWS allocates), so it
-    starts from these.  StorageError for ``ssd`` deeper down, which cannot be taken out."""
+    starts from these.  StorageError for ``ssd`` deeper down, which cannot be taken out, and
+    for resources nested past :data:`MAX_NESTING` (counted without the rewrite's slot)."""
+    original = _without_ssd(resources)
+    check_nesting(original)
+    return original
+
+
+def _without_ssd(resources: Any) -> Any:
     if not has_ssd(resources) or len(resources) != 1 or not isinstance(resources[0], Mapping):
         return resources
     top = dict(resources[0])
@@ -200,11 +257,7 @@ def without_ssd(resources: Any) -> Any:
     top["with"] = kids
     if not kids:
         del top["with"]
-    if has_ssd([top]):
-        raise StorageError(
-            "the job's resources ask for ssd themselves; rabbit storage is asked for with "
-            "#DW jobdw, and flux-dws adds the ssd"
-        )
+    check_no_ssd([top])
     return [top]
 
 
@@ -224,17 +277,12 @@ def rabbit_resources(
     original = without_ssd(resources)
     if not needs:  # no rabbit storage: only a user's own ssd to take out
         return None if original == resources else original
-    nnodes = node_count(original)
-    if nnodes is None:
-        raise StorageError(
-            "a job with rabbit storage must ask for whole nodes (flux run -N), so that each "
-            "node gets its share of SSD"
-        )
+    nnodes = rewritten_nodes(original)
     check_per_node(bytes_per_node(needs, nnodes, limits), limits)
     gib = reserved_gib(needs, nnodes, limits)
     if gib < 1:  # breakdowns asking for nothing: nothing to place
         return None if original == resources else original
-    top = copy.deepcopy(dict(original[0]))
+    top = dict(original[0])  # only its own keys change: what it holds is shared, not copied
     per = 1 if top["type"] == "node" else _grouped_nodes(top) or 1
     _check_counts(nnodes, gib, per)
     if top["type"] != "node":
@@ -307,9 +355,15 @@ __all__ = [
     "check_per_node",
     "directive_bytes_per_node",
     "fs_type",
+    "OWN_SSD",
+    "WHOLE_NODES",
+    "MAX_NESTING",
+    "check_nesting",
+    "check_no_ssd",
     "has_ssd",
     "node_count",
     "rabbit_resources",
+    "rewritten_nodes",
     "reserved_gib",
     "without_ssd",
 ]

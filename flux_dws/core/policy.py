@@ -222,12 +222,29 @@ def _interval(value: object, key: str) -> float:
     return seconds
 
 
-def _count(value: object, key: str, least: int = 0, zero: str = " (no limit)") -> int:
-    """A whole number, ``least`` or more."""
+#: The least and the most each whole-number key takes.  The most is far past any real site
+#: (a thread or a directive per 1000 of a big system's nodes) and keeps a typo such as
+#: ``api-threads = 400000`` from building that many threads or admitting that much input.
+COUNT_BOUNDS: Mapping[str, tuple[int, int]] = FrozenMap(
+    {
+        "max-proposals": (0, 10_000),
+        "api-threads": (2, 64),
+        "failure-tolerance-max": (0, 100_000),
+        "max-directives": (1, 10_000),
+        "max-directives-bytes": (64, 1024 * 1024),
+    }
+)
+
+
+def _count(value: object, key: str, zero: str = "") -> int:
+    """A whole number in the range :data:`COUNT_BOUNDS` gives ``key``; ``zero`` says what 0
+    means where it is allowed."""
+    least, most = COUNT_BOUNDS[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(key, f"must be an integer, not {type_name(value)} {echo(value)}")
-    if value < least:
-        raise _fail(key, f"must be {least}{zero if least == 0 else ''} or more, not {value}")
+    if not least <= value <= most:
+        shown = f"{least}{zero if least == 0 else ''}"
+        raise _fail(key, f"must be from {shown} to {most}, not {echo(value)}")
     return value
 
 
@@ -288,12 +305,16 @@ def _size_or_zero(value: object, key: str) -> int:
 
 def _log_size(value: object, key: str) -> int:
     """Bytes, as a size string ("64KiB") or an integer; 0 keeps exit codes but no log."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _fail(key, f"must be a size or an integer, not {type_name(value)} {echo(value)}")
     if isinstance(value, str):
         size = 0 if value.strip() in ("0", "0B") else _size(value, key)
+    elif value < 0:
+        raise _fail(key, f"must be 0 (no logs) or more, not {echo(value)}")
     else:
-        size = _count(value, key, zero=" (no logs)")
+        size = value
     if size > MAX_LOG_SIZE:
-        raise _fail(key, f"must be at most 16MiB, not {size} bytes")
+        raise _fail(key, f"must be at most 16MiB, not {echo(size)} bytes")
     return size
 
 
@@ -395,23 +416,24 @@ _READERS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "api-alarm": ("api_alarm", _duration),
     "service-wait": ("service_wait", _duration),
     "heartbeat": ("heartbeat", _interval),
-    "max-proposals": ("max_proposals", _count),
-    "api-threads": ("api_threads", partial(_count, least=2)),
+    "max-proposals": ("max_proposals", partial(_count, zero=" (no limit)")),
+    "api-threads": ("api_threads", _count),
     "drain-compute-nodes": ("drain_compute_nodes", _boolean),
     "soft-drain": ("soft_drain", _boolean),
     "drain-on-teardown-failure": ("drain_on_teardown_failure", _boolean),
     "health-interval": ("health_interval", _interval),
     "capacity-drift": ("capacity_drift", _size_or_zero),
-    "failure-tolerance-max": ("failure_tolerance_max", partial(_count, zero="")),
+    "failure-tolerance-max": ("failure_tolerance_max", _count),
     "metrics-address": ("metrics_address", _address),
-    "max-directives": ("max_directives", partial(_count, least=1)),
-    "max-directives-bytes": ("max_directives_bytes", partial(_count, least=64)),
+    "max-directives": ("max_directives", _count),
+    "max-directives-bytes": ("max_directives_bytes", _count),
     "rabbit-scheduling": ("rabbit_scheduling", _boolean),
     "storage": ("storage_limits", _storage_limits),
     "container-log-size": ("container_log_size", _log_size),
     "release-nodes": ("release_nodes", partial(_choice, choices=RELEASE_CHOICES)),
 }
 CONFIG_KEYS: tuple[str, ...] = tuple(_READERS)
+assert set(COUNT_BOUNDS) <= set(CONFIG_KEYS)
 
 
 def policy_from_table(table: Mapping[str, Any] | None) -> Policy:

@@ -21,6 +21,14 @@ from flux_dws.base.errors import DirectiveError, RequestError
 from flux_dws.base.frozen import FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
 from flux_dws.core.directives import Directive, parse_directives
+from flux_dws.core.jobspec import (
+    check_no_ssd,
+    check_per_node,
+    directive_bytes_per_node,
+    node_count,
+    rewritten_nodes,
+    without_ssd,
+)
 from flux_dws.core.policy import (
     AFTER_TEARDOWN,
     AFTER_UNMOUNT,
@@ -30,6 +38,7 @@ from flux_dws.core.policy import (
     Policy,
     type_name,
 )
+from flux_dws.core.storage import StorageError
 
 DW_ATTR = "dw"
 TIMEOUT_ATTR = "dw_timeout"
@@ -37,6 +46,9 @@ TOLERANCE_ATTR = "dw_failure_tolerance"
 RELEASE_ATTR = "dw_release"
 #: Commands that create or destroy storage outliving the job (restrict-persistent).
 PERSISTENT_COMMANDS = frozenset({"create_persistent", "destroy_persistent"})
+#: Commands whose DirectiveBreakdown asks for rabbit storage (nnf-sos): with rabbit scheduling,
+#: such a job's resources are rewritten at release, so they must be a shape the rewrite takes.
+STORAGE_COMMANDS = frozenset({"jobdw", "create_persistent"})
 
 
 @dataclass(frozen=True)
@@ -154,6 +166,44 @@ def request_from_attributes(
     tolerance = _tolerance(system.get(TOLERANCE_ATTR, 0), policy)
     release = _release(system.get(RELEASE_ATTR, policy.release_nodes), policy)
     return DwRequest(directives, timeouts, user, preset, tolerance, release)
+
+
+def validate_attributes(
+    system: Mapping[str, Any] | None,
+    policy: Policy,
+    userid: int,
+    owner_uid: int,
+    resources: Any = None,
+) -> str | None:
+    """The one line to refuse a job with at submit, or None to accept: what the job-ingest
+    validator (flux_dws/validator.py) answers for a job's attributes.system and jobspec
+    ``resources`` (None: not known, so not checked).
+
+    Besides the request itself: with ``rabbit-scheduling``, the rewrite is the only source of
+    ``ssd``, so a job without #DW that asks for ssd is refused, and a #DW job with rabbit
+    storage must ask for a shape the rewrite takes (whole nodes).  A #DW job's own ssd is
+    taken out, as the rewrite does, before the site's storage limits are checked.
+    """
+    try:
+        request = request_from_attributes(system, policy, userid=userid, owner_uid=owner_uid)
+        if request is None:
+            if policy.rabbit_scheduling:
+                check_no_ssd(resources)
+            return None
+        resources = without_ssd(resources)  # replaced at release; deeper, refused
+        nnodes = node_count(resources)
+        if (
+            policy.rabbit_scheduling
+            and resources is not None
+            and any(d.command in STORAGE_COMMANDS for d in request.directives)
+        ):
+            nnodes = rewritten_nodes(resources)
+        if policy.storage_limits:
+            per_node = directive_bytes_per_node(request.directives, nnodes, policy.storage_limits)
+            check_per_node(per_node, policy.storage_limits)
+    except (RequestError, StorageError) as exc:
+        return str(exc)
+    return None
 
 
 def _release(value: object, policy: Policy) -> str:

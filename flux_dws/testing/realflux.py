@@ -398,14 +398,18 @@ class RealFlux:
         nnodes: int = 1,
         runtime: float | None = 0.0,
         exit_status: int = 0,
+        resources: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
-        """`flux run -S dw=...` with a command that records its environment."""
+        """`flux run -S dw=...` with a command that records its environment; ``resources``,
+        when given, replace the jobspec's (one task per slot labelled ``task``)."""
         from flux.job import JobspecV1, submit
 
         sleep = "inf" if runtime is None else repr(runtime)
         envfile = self.workdir / "$FLUX_JOB_ID.env"
         script = f'env > "{envfile}"; sleep {sleep}; exit {exit_status}'
         jobspec = JobspecV1.from_command(["sh", "-c", script], num_nodes=nnodes, num_tasks=nnodes)
+        if resources is not None:
+            jobspec.jobspec["resources"] = json.loads(json.dumps(resources))
         for key, value in attributes.items():
             jobspec.setattr(f"system.{key}", value)
         try:

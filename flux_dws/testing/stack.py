@@ -23,11 +23,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flux_dws.base.errors import RequestError
 from flux_dws.base.loop import Loop
 from flux_dws.core.identity import instance_selector, workflow_name
 from flux_dws.core.policy import Policy, policy_from_table
-from flux_dws.core.request import request_from_attributes
+from flux_dws.core.request import validate_attributes
 from flux_dws.core.states import State
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.k8s import KubeClient
@@ -349,15 +348,9 @@ class Stack:
 
     # ------------------------------------------------------------------ the user's side
 
-    def validate(self, attributes: Mapping[str, Any], userid: int) -> str | None:
+    def validate(self, attributes: Mapping[str, Any], userid: int, resources: Any) -> str | None:
         """Submit-time validation, as the job-ingest validator does under real Flux."""
-        try:
-            request_from_attributes(
-                attributes, self.policy, userid=userid, owner_uid=self.owner_uid
-            )
-        except RequestError as exc:
-            return str(exc)
-        return None
+        return validate_attributes(attributes, self.policy, userid, self.owner_uid, resources)
 
     def submit(
         self,
@@ -370,9 +363,11 @@ class Stack:
         userid: int | None = None,
         tolerance: int | None = None,
         release: str | None = None,
+        resources: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
         """Submit a #DW job, as `flux run -S dw=... -S dw_timeout.KEY=...
-        -S dw_failure_tolerance=N -S dw_release=WHEN` would."""
+        -S dw_failure_tolerance=N -S dw_release=WHEN` would; ``resources``, when given, are
+        the jobspec's (a slot labelled ``task`` holds the tasks) in place of ``-N nnodes``'s."""
         assert self.flux is not None
         attributes: dict[str, Any] = {"dw": dw if isinstance(dw, str) else list(dw)}
         if timeouts:
@@ -381,8 +376,14 @@ class Stack:
             attributes["dw_failure_tolerance"] = tolerance
         if release is not None:
             attributes["dw_release"] = release
+        extra = {} if resources is None else {"resources": resources}
         return self.flux.submit(
-            attributes, userid=userid, nnodes=nnodes, runtime=runtime, exit_status=exit_status
+            attributes,
+            userid=userid,
+            nnodes=nnodes,
+            runtime=runtime,
+            exit_status=exit_status,
+            **extra,
         )
 
     def wait(self, jobid: int, state: str = "INACTIVE", timeout: float = 60.0) -> JobInfo:

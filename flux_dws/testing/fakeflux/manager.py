@@ -57,7 +57,8 @@ _LEGAL_IN: dict[str, frozenset[str]] = {
 }
 _FATAL_MOVES_TO_CLEANUP = frozenset({"DEPEND", "PRIORITY", "SCHED", "RUN"})
 
-Validator = Callable[[Mapping[str, Any], int], Optional[str]]
+#: (attributes.system, the submitting userid, the jobspec's resources) -> why it is refused.
+Validator = Callable[[Mapping[str, Any], int, Any], Optional[str]]
 
 
 class SubmitError(Exception):
@@ -137,12 +138,15 @@ class FakeFlux:
         nnodes: int = 1,
         runtime: float | None = 0.0,
         exit_status: int = 0,
+        resources: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
         """Submit a job whose jobspec's attributes.system is ``attributes``; return its ID.
 
         ``runtime`` is how long its tasks run (None: until :meth:`finish`); ``exit_status``
-        the exit code they end with.  SubmitError when the validator, the plugin's checks or
-        the scheduler refuse the job: then no job exists.
+        the exit code they end with.  ``resources`` is the jobspec's resources as a user wrote
+        them (default: ``flux run -N nnodes``'s); the fake scheduler gives the job ``nnodes``
+        nodes either way.  SubmitError when the validator, the plugin's checks or the
+        scheduler refuse the job: then no job exists.
         """
         userid = self.owner_uid if userid is None else userid
         if runtime is not None and not runtime >= 0:
@@ -155,7 +159,12 @@ class FakeFlux:
             system = json.loads(json.dumps(dict(attributes)))
         except (TypeError, ValueError) as exc:
             raise SubmitError(f"jobspec attributes.system is not valid JSON: {exc}") from None
-        problem = self.validator(copy.deepcopy(system), userid) if self.validator else None
+        wanted = node_resources(nnodes) if resources is None else json.loads(json.dumps(resources))
+        problem = (
+            self.validator(copy.deepcopy(system), userid, copy.deepcopy(wanted))
+            if self.validator
+            else None
+        )
         problem = problem or shallow_check(system)
         problem = problem or self.loop.run_sync(self._plugin.persistent_check, system, userid)
         if problem:
@@ -165,7 +174,9 @@ class FakeFlux:
                 f"unsatisfiable request: {nnodes} nodes requested, the instance has "
                 f"{len(self.hosts)}"
             )
-        return self.loop.run_sync(self._submit, system, userid, nnodes, runtime, exit_status)
+        return self.loop.run_sync(
+            self._submit, system, userid, nnodes, runtime, exit_status, wanted
+        )
 
     def cancel(self, jobid: int, note: str = "") -> None:
         """``flux cancel``: a fatal ``cancel`` exception."""
@@ -327,7 +338,13 @@ class FakeFlux:
     # ------------------------------------------------------------------ the state machine
 
     def _submit(
-        self, system: dict[str, Any], userid: int, nnodes: int, runtime: float | None, code: int
+        self,
+        system: dict[str, Any],
+        userid: int,
+        nnodes: int,
+        runtime: float | None,
+        code: int,
+        resources: list[dict[str, Any]],
     ) -> int:
         now = self.loop.time()
         job = Job(
@@ -336,7 +353,7 @@ class FakeFlux:
             t_submit=now,
             jobspec={
                 "version": 1,
-                "resources": node_resources(nnodes),
+                "resources": resources,
                 "attributes": {"system": system},
             },
             submitted=copy.deepcopy(system),
