@@ -67,7 +67,9 @@ from flux_dws.core.jobspec import OWN_SSD, has_ssd  # noqa: E402
 from flux_dws.core.policy import TABLE, Policy, policy_from_table  # noqa: E402
 from flux_dws.core.request import (  # noqa: E402
     DW_ATTR,
+    RELEASE_ATTR,
     TIMEOUT_ATTR,
+    TOLERANCE_ATTR,
     validate_attributes,
 )
 
@@ -78,7 +80,8 @@ CONFIG_TIMEOUT = 30.0
 
 def is_dws_job(system: object) -> bool:
     """True for attributes.system naming any DWS attribute: only such jobs are checked."""
-    return isinstance(system, Mapping) and (DW_ATTR in system or TIMEOUT_ATTR in system)
+    dws = (DW_ATTR, TIMEOUT_ATTR, TOLERANCE_ATTR, RELEASE_ATTR)
+    return isinstance(system, Mapping) and any(attr in system for attr in dws)
 
 
 def site_policy(config: Mapping[str, Any]) -> Policy | PolicyError:

@@ -119,6 +119,29 @@ def test_jobs_without_dws_attributes_pass_even_with_a_bad_config(jobspec: Any) -
     assert plugin.validate(SimpleNamespace(jobspec=jobspec, userid=USER)) is None
 
 
+@pytest.mark.parametrize(
+    ("attr", "value"),
+    [
+        ("dw_timeout", {"prerun": "1m"}),
+        ("dw_failure_tolerance", 1),
+        ("dw_release", "after-unmount"),
+    ],
+)
+def test_a_dws_attribute_without_directives_is_refused_at_submit(attr: str, value: Any) -> None:
+    """Without #DW the service never sees the job: the attribute would be silently ignored."""
+    result = configured().validate(job({attr: value}))
+    assert result == (
+        errno.EINVAL,
+        f"system.{attr} is set but system.dw is not: "
+        + {
+            "dw_timeout": "DWS timeouts apply",
+            "dw_failure_tolerance": "failure tolerance applies",
+            "dw_release": "early release applies",
+        }[attr]
+        + " only to jobs with #DW directives",
+    )
+
+
 def test_bad_dws_table_rejects_every_dws_job_naming_the_key() -> None:
     plugin = configured({"dws": {"timeouts": {"prerun": {"max": "5x"}}}})
     for system in ({"dw": JOBDW}, {"dw_timeout": {"prerun": "1m"}}):
