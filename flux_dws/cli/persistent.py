@@ -20,7 +20,7 @@ from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.base.sizes import parse_size, show_bytes
 from flux_dws.cli.rabbitgraph import read_json
-from flux_dws.cli.render import Column, dumps, format_table
+from flux_dws.cli.render import Column, format_table, show_json, show_line
 from flux_dws.cli.sources import KUBE_RETRIES, KUBE_TIMEOUT, user_name
 from flux_dws.core.persistent import PersistentRow, destroy_refusal, persistent_rows
 
@@ -189,7 +189,7 @@ def run(
     if args.action == "list":
         rows = saved_rows(args.from_file) if args.from_file else live_rows(args.kubeconfig)
         if args.json:
-            print(dumps([as_json(r) for r in rows]), file=out)
+            show_json([as_json(r) for r in rows], out)
             return 0
         lines = format_table(
             [record(r) for r in rows],
@@ -198,7 +198,7 @@ def run(
             header=not args.no_header,
         )
         for line in lines:
-            print(line.rstrip(), file=out)
+            show_line(line, out)
         return 0
     if args.action == "share":
         return _share(args, out, uid)
@@ -216,10 +216,10 @@ def run(
             raise DwsError(
                 f"persistent storage {args.name!r} was not created: job {f58(jobid)}: {failed}"
             )
-        print(
+        show_line(
             f"created persistent storage {args.name!r} ({args.type}, {args.capacity})"
             f" with job {f58(jobid)}",
-            file=out,
+            out,
         )
         return 0
     rows = live_rows(args.kubeconfig)
@@ -239,7 +239,7 @@ def run(
         raise DwsError(
             f"persistent storage {args.name!r} was not destroyed: job {f58(jobid)}: {failed}"
         )
-    print(f"destroyed persistent storage {args.name!r} with job {f58(jobid)}", file=out)
+    show_line(f"destroyed persistent storage {args.name!r} with job {f58(jobid)}", out)
     return 0
 
 
