@@ -18,6 +18,13 @@ refuse the whole request (EPROTO).  So every reading of such data goes through t
   safe fallback;
 - :func:`json_safe` / :func:`jansson_problem`: a whole payload made, or checked, acceptable.
 
+Each sink passes its own bound (characters once readable; a longer text is cut and ends in
+``...``), so a megabyte message from DWS reaches none of them whole: :data:`RECORD_LIMIT` for
+a string inside an event, a KVS record or a memo, :data:`LOG_LIMIT` for a service log line,
+:data:`LINE_LIMIT` for a line (or a JSON string) that ``flux dws`` prints; an exception note
+(flux_dws.flux.jobmanager.NOTE_LIMIT) and a drain reason (flux_dws.core.health.MAX_REASON)
+have shorter ones of their own.
+
 One rendering everywhere: a character that is not printable is written as Python writes it in
 a string literal (``\\n``, ``\\r``, ``\\t``, ``\\x00``, ``\\x1b``, ``\\u202e``); a lone
 surrogate or undecodable byte becomes U+FFFD; a cut text ends in ``...``.
@@ -34,6 +41,13 @@ from typing import Any
 ECHO_LIMIT = 80
 #: The default bound of :func:`text`: no single line from outside is longer.
 TEXT_LIMIT = 4096
+#: A string inside an event, a KVS record or a memo (``flux job eventlog``, ``flux jobs -o``):
+#: each is at most this long (flux_dws.flux.jobmanager sends nothing longer).
+RECORD_LIMIT = TEXT_LIMIT
+#: A service log line's message (flux_dws.service.daemon.ReadableFormatter).
+LOG_LIMIT = TEXT_LIMIT
+#: A line ``flux dws`` prints, and a string in the JSON it prints (flux_dws.cli.render).
+LINE_LIMIT = TEXT_LIMIT
 #: The mark that ends a text cut short.
 CUT = "..."
 #: The placeholder for a missing or unreadable name.
@@ -248,18 +262,21 @@ def jansson_problem(value: Any, path: str = "") -> str | None:
     return None
 
 
-def json_safe(value: Any, *, one_line: bool = False, record: bool = False) -> Any:
+def json_safe(
+    value: Any, *, one_line: bool = False, record: bool = False, limit: int = RECORD_LIMIT
+) -> Any:
     """A copy of a JSON payload that jansson accepts: strings (and keys) through :func:`field`
-    (or :func:`readable`, unbounded, with ``one_line``), non-finite floats as None.
+    (or :func:`readable`, as one line and at most ``limit`` characters, with ``one_line``),
+    non-finite floats as None.
 
-    With ``record`` (an event or a KVS record: what a person reads), strings go through
-    :func:`readable` (newlines kept unless ``one_line``) and an integer outside int64 becomes
-    None, so the record is kept with that figure unknown rather than lost to EPROTO.  Without
-    it such an integer is left for the caller's own checks (a request the plugin acts on must
-    not change meaning)."""
+    With ``record`` (an event, a KVS record, a memo: what a person reads), strings go through
+    :func:`readable` (newlines kept unless ``one_line``), each cut to ``limit``, and an integer
+    outside int64 becomes None, so the record is kept with that figure unknown rather than lost
+    to EPROTO.  Without it such an integer is left for the caller's own checks (a request the
+    plugin acts on must not change meaning), and strings are not cut."""
     if isinstance(value, str):
         if one_line or record:
-            return readable(value, None, lines=not one_line)
+            return readable(value, limit, lines=not one_line)
         return field(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -267,13 +284,13 @@ def json_safe(value: Any, *, one_line: bool = False, record: bool = False) -> An
         return None
     if isinstance(value, Mapping):
         return {
-            json_safe(_as_str(k), one_line=one_line or record): json_safe(
-                v, one_line=one_line, record=record
+            json_safe(_as_str(k), one_line=one_line or record, limit=limit): json_safe(
+                v, one_line=one_line, record=record, limit=limit
             )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [json_safe(v, one_line=one_line, record=record) for v in value]
+        return [json_safe(v, one_line=one_line, record=record, limit=limit) for v in value]
     return value
 
 
@@ -284,6 +301,9 @@ __all__ = [
     "INT32_MIN",
     "INT64_MAX",
     "INT64_MIN",
+    "LINE_LIMIT",
+    "LOG_LIMIT",
+    "RECORD_LIMIT",
     "TEXT_LIMIT",
     "UNKNOWN",
     "count",

@@ -24,7 +24,7 @@ from flux_dws.base.errors import DwsError
 from flux_dws.base.usage import PROG, UsageError
 from flux_dws.base.usage import OneLineParser as _Parser
 from flux_dws.cli import commands
-from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS
+from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS, show, show_line
 from flux_dws.cli.sources import FluxSource, Source, SourceError, flux_uri_problem
 from flux_dws.core.rabbits import RabbitError
 from flux_dws.k8s import KubeError
@@ -135,7 +135,7 @@ def main(
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(untrusted.text(exc, None), file=err)
+        show_line(str(exc), err)
         return 2
     command = args.command
     if command is None:
@@ -145,10 +145,10 @@ def main(
     try:
         return _run(args, out, environ, source_factory, now)
     except (DwsError, SourceError, KubeError, LookupError, RabbitError) as exc:
-        print(f"{prog}: {_one_line(exc)}", file=err)
+        show_line(f"{prog}: {_one_line(exc)}", err)
         return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=err)
+        show_line(f"{prog}: interrupted", err)
         return 130
     except BrokenPipeError:  # `flux dws list | head`: the reader has all it wanted
         return 1
@@ -156,9 +156,8 @@ def main(
         if environ.get("FLUX_DWS_DEBUG"):
             raise
         kind = type(exc).__name__
-        print(
-            f"{prog}: internal error: {kind}: {_one_line(exc)} (FLUX_DWS_DEBUG=1 for more)",
-            file=err,
+        show_line(
+            f"{prog}: internal error: {kind}: {_one_line(exc)} (FLUX_DWS_DEBUG=1 for more)", err
         )
         return 1
 
@@ -178,7 +177,7 @@ def _run(
         verdict = check(args.path)
         if not verdict.ok:
             raise DwsError(verdict.message)
-        print(verdict.message, file=out)
+        show(verdict.message, out)
         return 0
     if args.command == "simulate":
         from flux_dws.cli import simulate

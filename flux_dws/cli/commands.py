@@ -14,7 +14,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
-from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.health import build_health, health_json, render_health
@@ -24,11 +23,13 @@ from flux_dws.cli.released import KEYS, release_event, release_view, render_rele
 from flux_dws.cli.render import (
     LIST_FIELDS,
     LIST_FORMATS,
-    dumps,
     format_table,
     list_record,
     render_logs,
     render_status,
+    show,
+    show_json,
+    show_line,
     to_jsonable,
 )
 from flux_dws.cli.sources import Source, SourceError, user_id, user_name
@@ -41,12 +42,6 @@ from flux_dws.k8s import KubeError
 from flux_dws.service import daemon
 
 log = logging.getLogger("flux-dws.cli")
-
-
-def _print(text: str, file: TextIO) -> None:
-    """Print what a command shows: it holds text from Kubernetes and users, so every control
-    character (ESC ...) is escaped on the way out; only the newlines between lines are kept."""
-    print(untrusted.lines(text), file=file)
 
 
 #: How often ``cleanup`` re-reads a workflow while waiting for its Teardown.
@@ -82,11 +77,11 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     if args.jobid is None:  # no job: the service's health at a glance
         view = build_health(source.plugin_list(), now)
         if args.json:
-            _print(dumps(health_json(view)), file=out)
+            show_json(health_json(view), out)
         else:
             prefix = f58_prefix(out)
             lines = render_health(view, now, lambda jobid: f58(jobid, prefix))
-            _print("\n".join(lines), file=out)
+            show("\n".join(lines), out)
         return 0
     jobid = parse_jobid(args.jobid)
     eventlog = source.eventlog(jobid)
@@ -95,11 +90,11 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     moved = copies(eventlog)
     released = _released(source, jobid, eventlog)
     if args.json:
-        _print(dumps({**to_jsonable(view), "copies": moved, "release": released}), file=out)
+        show_json({**to_jsonable(view), "copies": moved, "release": released}, out)
     else:
         lines = render_status(view, prefix=f58_prefix(out), user_name=user_name)
         extra = render_release(released) if released is not None else []
-        _print("\n".join(lines + render_copies(moved) + extra), file=out)
+        show("\n".join(lines + render_copies(moved) + extra), out)
     return 0
 
 
@@ -126,13 +121,13 @@ def logs(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> i
     saved = read_saved(source.saved(jobid, OUTPUT_KEY))
     containers = events_named(eventlog, "dws-container")
     event = containers[-1] if containers else None
-    if args.json:
-        output = saved.to_json() if saved is not None else None
-        _print(dumps({**to_jsonable(view), "output": output}), file=out)
+    if args.json:  # the saved logs whole (as bounded when saved), the rest to LINE_LIMIT
+        output = to_jsonable(saved.to_json(), saved.text_limit) if saved is not None else None
+        show_json({**to_jsonable(view), "output": output}, out, limit=None)
     else:
         prefix = f58_prefix(out)
         lines = render_logs(view, prefix=prefix) + render_output(jobid, saved, event, prefix=prefix)
-        _print("\n".join(lines), file=out)
+        show("\n".join(lines), out)
     return 0
 
 
@@ -172,12 +167,12 @@ def list_(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> 
         userids=userids,
     )
     if args.json:
-        _print(dumps({"workflows": [to_jsonable(r) for r in rows]}), file=out)
+        show_json({"workflows": [to_jsonable(r) for r in rows]}, out)
         return 0
     prefix = f58_prefix(out)
     records = [list_record(r, prefix=prefix) for r in rows]
     for line in format_table(records, fmt, LIST_FIELDS, header=not args.no_header):
-        _print(line, file=out)
+        show_line(line, out)
     return 0
 
 
@@ -193,13 +188,11 @@ def cleanup(args: argparse.Namespace, source: Source, out: TextIO, now: float) -
     plan = plan_cleanup(workflows, held, source.identity)
     prefix = f58_prefix(out)
     if not plan:
-        _print(f"no orphaned workflows for instance {source.identity}", file=out)
+        show_line(f"no orphaned workflows for instance {source.identity}", out)
         return 0
     if args.dry_run:
         for sweep in plan:
-            _print(
-                f"would sweep {sweep.name} ({f58(sweep.jobid, prefix)}): {sweep.reason}", file=out
-            )
+            show_line(f"would sweep {sweep.name} ({f58(sweep.jobid, prefix)}): {sweep.reason}", out)
         return 0
     return _sweep(plan, kube, out, prefix, timeout=args.timeout, force=args.force)
 
@@ -226,10 +219,10 @@ def _sweep(
             )
         except KubeError as exc:
             if exc.status == 404:
-                _print(f"{sweep.name}: already gone", file=out)
+                show_line(f"{sweep.name}: already gone", out)
                 continue
             failed += 1
-            _print(f"{sweep.name}: Teardown not requested: {exc}", file=out)
+            show_line(f"{sweep.name}: Teardown not requested: {exc}", out)
     deadline = clock() + timeout
     while pending:
         for name, sweep in list(pending.items()):
@@ -238,10 +231,10 @@ def _sweep(
                 continue
             if outcome is None and not force:
                 failed += 1
-                _print(
+                show_line(
                     f"{name} ({f58(sweep.jobid, prefix)}): Teardown not done after"
                     f" {timeout:g}s; left in place (run again, or use --force to delete it)",
-                    file=out,
+                    out,
                 )
                 del pending[name]
                 continue
@@ -249,10 +242,10 @@ def _sweep(
                 kube.delete_workflow(name)
             except KubeError as exc:
                 failed += 1
-                _print(f"{name}: not deleted: {exc}", file=out)
+                show_line(f"{name}: not deleted: {exc}", out)
             else:
                 done = outcome or f"Teardown not done after {timeout:g}s, deleted anyway"
-                _print(f"swept {name} ({f58(sweep.jobid, prefix)}): {done}", file=out)
+                show_line(f"swept {name} ({f58(sweep.jobid, prefix)}): {done}", out)
             del pending[name]
         if pending:
             sleep(CLEANUP_POLL)

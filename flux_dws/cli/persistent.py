@@ -21,7 +21,7 @@ from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.base.sizes import parse_size, show_bytes
 from flux_dws.cli.rabbitgraph import read_json
-from flux_dws.cli.render import Column, dumps, format_table
+from flux_dws.cli.render import Column, format_table, show_json, show_line
 from flux_dws.cli.sources import (
     KUBE_RETRIES,
     KUBE_TIMEOUT,
@@ -196,7 +196,7 @@ def run(
     if args.action == "list":
         rows = saved_rows(args.from_file) if args.from_file else live_rows(args.kubeconfig)
         if args.json:
-            print(dumps([as_json(r) for r in rows]), file=out)
+            show_json([as_json(r) for r in rows], out)
             return 0
         lines = format_table(
             [record(r) for r in rows],
@@ -205,7 +205,7 @@ def run(
             header=not args.no_header,
         )
         for line in lines:
-            print(line.rstrip(), file=out)
+            show_line(line, out)
         return 0
     if args.action == "share":
         return _share(args, out, uid, _instance_owner(environ, source_factory))
@@ -223,10 +223,10 @@ def run(
             raise DwsError(
                 f"persistent storage {args.name!r} was not created: job {f58(jobid)}: {failed}"
             )
-        print(
+        show_line(
             f"created persistent storage {args.name!r} ({args.type}, {args.capacity})"
             f" with job {f58(jobid)}",
-            file=out,
+            out,
         )
         return 0
     rows = live_rows(args.kubeconfig)
@@ -246,7 +246,7 @@ def run(
         raise DwsError(
             f"persistent storage {args.name!r} was not destroyed: job {f58(jobid)}: {failed}"
         )
-    print(f"destroyed persistent storage {args.name!r} with job {f58(jobid)}", file=out)
+    show_line(f"destroyed persistent storage {args.name!r} with job {f58(jobid)}", out)
     return 0
 
 
@@ -286,9 +286,9 @@ def _share(args: argparse.Namespace, out: TextIO, uid: int, owner: int) -> int:
     finally:
         kube.close()
     if args.off:
-        print(f"persistent storage {args.name!r} is now usable by its owner only", file=out)
+        show_line(f"persistent storage {args.name!r} is now usable by its owner only", out)
     else:
-        print(f"persistent storage {args.name!r} is now usable by every user's jobs", file=out)
+        show_line(f"persistent storage {args.name!r} is now usable by every user's jobs", out)
     return 0
 
 

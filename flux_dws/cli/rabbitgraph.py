@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import PolicyError
+from flux_dws.cli.render import show_line
 from flux_dws.cli.sources import SourceError
 from flux_dws.core.policy import load_config
 from flux_dws.core.rabbits import (
@@ -182,5 +183,5 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int
             raise SourceError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     else:
         out.write(text)
-    print(f"flux dws rabbit-graph: {summary(rabbits, graph)}", file=err or sys.stderr)
+    show_line(f"flux dws rabbit-graph: {summary(rabbits, graph)}", err or sys.stderr)
     return 0

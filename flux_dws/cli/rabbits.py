@@ -24,7 +24,7 @@ from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.jobid import f58, parse_jobid
 from flux_dws.base.sizes import show_bytes
 from flux_dws.cli.rabbitgraph import instance_config, read_json
-from flux_dws.cli.render import Column, dumps, format_table
+from flux_dws.cli.render import Column, format_table, show_json, show_line
 from flux_dws.core.identity import JOBID_LABEL
 from flux_dws.core.policy import policy_from_table
 from flux_dws.core.rabbitview import (
@@ -285,14 +285,12 @@ def run(args: argparse.Namespace, out: TextIO, environ: Mapping[str, str] | None
         try:
             rows = with_drains(rows, flux_drains(environ))
         except SourceError as exc:  # the rest still shows; DRAINED says -
-            print(f"flux dws rabbits: cannot read Flux's drains: {exc}", file=sys.stderr)
+            show_line(f"flux dws rabbits: cannot read Flux's drains: {exc}", sys.stderr)
     if args.states:
         wanted = {s.strip().lower() for s in args.states.split(",") if s.strip()}
         rows = [r for r in rows if r.status.lower() in wanted or r.state.lower() in wanted]
     if args.json:
-        print(
-            dumps([as_json(r, allocation if jobid is not None else None) for r in rows]), file=out
-        )
+        show_json([as_json(r, allocation if jobid is not None else None) for r in rows], out)
         return 0
     default = "job" if jobid is not None else "default"
     fmt = RABBIT_FORMATS.get(args.format or default, args.format or "")
@@ -300,7 +298,7 @@ def run(args: argparse.Namespace, out: TextIO, environ: Mapping[str, str] | None
         [record(r, allocation) for r in rows], fmt, RABBIT_FIELDS, header=not args.no_header
     )
     for line in lines:
-        print(line.rstrip(), file=out)
+        show_line(line, out)
     return 0
 
 

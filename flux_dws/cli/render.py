@@ -4,6 +4,11 @@
 Tables follow ``flux jobs``: a Python format string names the fields (``-o "{jobid} {state}"``),
 the header is the same string filled with the column titles (keeping each field's alignment
 and width), and ``--json`` prints the underlying values.
+
+Everything ``flux dws`` prints leaves through :func:`show` (lines, each readable and at most
+LINE_LIMIT long), :func:`show_line` (one such line) or :func:`show_json` (each string
+readable and bounded), all through flux_dws.base.untrusted.readable (tests/test_sinks.py
+holds every command to that).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import math
 import re
 import string
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
@@ -32,6 +37,33 @@ _SPEC = re.compile(
 
 
 _NUMERIC_TYPES = frozenset("bcdeEfFgGnoxX%")
+
+LINE_LIMIT = untrusted.LINE_LIMIT
+
+# --------------------------------------------------------------------------- the sinks
+
+
+def show(text: str, file: TextIO) -> None:
+    """Print what a command shows: it holds text from Kubernetes and users, so each line is
+    made readable (every control character escaped: ESC ...) and cut to LINE_LIMIT; only the
+    newlines between lines are kept."""
+    print(
+        "\n".join(untrusted.readable(line, LINE_LIMIT, lines=True) for line in text.split("\n")),
+        file=file,
+    )
+
+
+def show_line(line: str, file: TextIO) -> None:
+    """Print one line (a message, an error): its newlines are escaped too, so text from
+    outside cannot start a line of its own; cut to LINE_LIMIT."""
+    print(untrusted.readable(line, LINE_LIMIT), file=file)
+
+
+def show_json(value: Any, file: TextIO, *, limit: int | None = LINE_LIMIT) -> None:
+    """Print ``value`` as one line of JSON, each string readable and at most ``limit`` long
+    (``None``: ``value``'s strings are bounded already, by :func:`to_jsonable`)."""
+    print(dumps(value, limit=limit), file=file)
+
 
 # --------------------------------------------------------------------------- tables
 
@@ -141,7 +173,7 @@ def _line(
                 raise DwsError(
                     f"invalid format spec ':{spec}' for field {name!r} (value {value!r})"
                 ) from None
-    return untrusted.text("".join(out).rstrip(), None)
+    return untrusted.text("".join(out).rstrip(), LINE_LIMIT)
 
 
 def list_record(row: ListRow, *, prefix: str = "ƒ") -> dict[str, Any]:
@@ -169,23 +201,30 @@ def list_record(row: ListRow, *, prefix: str = "ƒ") -> dict[str, Any]:
 # --------------------------------------------------------------------------- JSON
 
 
-def to_jsonable(value: Any) -> Any:
-    """Dataclasses, enums, mappings and infinities as plain JSON values (inf -> null)."""
+def to_jsonable(value: Any, limit: int | None = LINE_LIMIT) -> Any:
+    """Dataclasses, enums, mappings and infinities as plain JSON values (inf -> null), each
+    string (keys too) readable and at most ``limit`` long (newlines kept: JSON escapes them).
+    ``None``: not cut again (strings bounded already)."""
+    if isinstance(value, str):
+        return untrusted.readable(value, limit, lines=True)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_jsonable(getattr(value, f.name), limit) for f in dataclasses.fields(value)
+        }
     if isinstance(value, enum.Enum):
-        return value.value
+        return to_jsonable(value.value, limit)
     if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {untrusted.readable(k, limit): to_jsonable(v, limit) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
+        return [to_jsonable(v, limit) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(to_jsonable(value), separators=(",", ":"))
+def dumps(value: Any, *, limit: int | None = LINE_LIMIT) -> str:
+    """``value`` as one line of JSON (:func:`to_jsonable`: strings readable and bounded)."""
+    return json.dumps(to_jsonable(value, limit), separators=(",", ":"))
 
 
 # --------------------------------------------------------------------------- status and logs
@@ -202,12 +241,12 @@ def clock(timestamp: float | None, *, date: bool = False) -> str:
 
 def _pairs(pairs: Sequence[tuple[str, str]]) -> list[str]:
     width = max((len(k) for k, _ in pairs), default=0)
-    return [f"{k:<{width}}  {untrusted.text(v, None)}".rstrip() for k, v in pairs]
+    return [f"{k:<{width}}  {untrusted.text(v, LINE_LIMIT)}".rstrip() for k, v in pairs]
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned columns sized to their widest cell."""
-    rows = [[untrusted.text(c, None) for c in row] for row in rows]
+    rows = [[untrusted.text(c, LINE_LIMIT) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
 
@@ -332,4 +371,4 @@ def render_logs(logs: JobLogs, *, prefix: str = "ƒ") -> list[str]:
         )
     if logs.workflow_note:
         lines.append(f"{job}: live workflow: {logs.workflow_note}")
-    return [untrusted.text(line, None) for line in lines]
+    return [untrusted.text(line, LINE_LIMIT) for line in lines]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux_dws.base import untrusted
+from flux_dws.core.policy import MAX_LOG_SIZE
 
 #: The job's KVS key (under its job directory) that holds the saved output.
 OUTPUT_KEY = "dws.output"
@@ -27,6 +28,8 @@ OUTPUT_VERSION = 1
 CONTAINER_LABEL = "nnf.cray.hpe.com/container"
 #: At most this many containers have their logs read (a job may have a pod per rabbit).
 MAX_CONTAINERS = 64
+#: The most characters readable() shows one byte of a log as (``\x1b`` for ESC).
+SHOWN_PER_BYTE = 4
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,14 @@ class SavedOutput:
     note: str = ""  # e.g. the pods were already gone
     limit: int = 0  # bytes of log kept per container
     skipped: int = 0  # containers beyond MAX_CONTAINERS, not read
+
+    @property
+    def text_limit(self) -> int:
+        """The bound of each string of the document once readable (saved in the KVS, and
+        printed by ``flux dws logs --json``): a log of ``limit`` bytes is kept whole, other
+        text is cut there too (at most RECORD_LIMIT when no log is kept)."""
+        kept = min(max(self.limit, 0), MAX_LOG_SIZE)
+        return max(untrusted.RECORD_LIMIT, SHOWN_PER_BYTE * kept)
 
     def to_json(self) -> dict[str, Any]:
         return {

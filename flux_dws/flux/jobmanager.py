@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from flux_dws.base.untrusted import json_safe, readable
+from flux_dws.base.untrusted import RECORD_LIMIT, json_safe, readable
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
 
 log = logging.getLogger("flux-dws.flux.jobmanager")
@@ -100,14 +100,17 @@ class JobManager:
         self._rpc("heartbeat", {"report": dict(report)} if report else {}, on_done)
 
     def post(self, jobid: int, name: str, context: Mapping[str, Any], on_done: Callback) -> None:
-        """Post a dws-* event; its strings come from DWS, so control characters are escaped,
-        and a figure jansson cannot hold is posted as unknown (the event is not lost)."""
+        """Post a dws-* event; its strings come from DWS, so each is readable and at most
+        RECORD_LIMIT long, and a figure jansson cannot hold is posted as unknown (the event is
+        not lost)."""
         context = json_safe(dict(context), one_line=True, record=True)
         self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
 
     def memo(self, jobid: int, memo: Mapping[str, Any], on_done: Callback) -> None:
-        """Set user annotations on the job (``flux jobs -o '{user.KEY}'``)."""
-        self._rpc("memo", {"id": jobid, "memo": dict(memo)}, on_done)
+        """Set user annotations on the job (``flux jobs -o '{user.KEY}'``): as an event's
+        context, each string readable, one line and at most RECORD_LIMIT long."""
+        memo = json_safe(dict(memo), one_line=True, record=True)
+        self._rpc("memo", {"id": jobid, "memo": memo}, on_done)
 
     def storage_held(self, on_done: Callback) -> None:
         """Tell the plugin the ssd parts of jobs released early are held again in Fluxion, so
@@ -119,7 +122,17 @@ class JobManager:
         (flux_dws.core.persistent.pushed_snapshot; it replaces the last one)."""
         self._rpc("persistent", json_safe(dict(snapshot), record=True), on_done)
 
-    def save(self, jobid: int, key: str, value: Mapping[str, Any], on_done: Callback) -> None:
-        """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``)."""
-        value = json_safe(dict(value), record=True)  # a figure jansson cannot hold: unknown
+    def save(
+        self,
+        jobid: int,
+        key: str,
+        value: Mapping[str, Any],
+        on_done: Callback,
+        *,
+        limit: int = RECORD_LIMIT,
+    ) -> None:
+        """Write ``value`` (JSON) at ``key`` in the job's own KVS directory (keys ``dws.*``):
+        each string readable (newlines kept) and at most ``limit`` long (a saved container
+        log passes the bound that keeps it whole: SavedOutput.text_limit)."""
+        value = json_safe(dict(value), record=True, limit=limit)  # a bad figure: unknown
         self._rpc("save", {"id": jobid, "key": key, "value": value}, on_done)

@@ -33,6 +33,8 @@ from flux_dws.flux.bindings import FluxUnavailable, import_flux, run_under_flux_
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve, or it went away
 CONNECT_RETRY_MAX = 60.0  # seconds between attempts to reach an unreachable API at start-up
+#: A traceback in the log (its exception text may quote a whole Kubernetes answer).
+TRACEBACK_LIMIT = 4 * untrusted.LOG_LIMIT
 
 log = logging.getLogger("flux-dws")
 
@@ -64,20 +66,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class ReadableFormatter(logging.Formatter):
-    """Every log line through flux_dws.base.untrusted.readable: a message is one line, and
-    neither it nor a traceback (whose exception text may quote Kubernetes) can put an escape
-    sequence on an admin's terminal or forge a log line.  Call sites make their untrusted
-    arguments readable too (tests/test_sinks.py); this is the last word."""
+    """Every log line through flux_dws.base.untrusted.readable: a message is one line of at
+    most LOG_LIMIT characters, and neither it nor a traceback (whose exception text may quote
+    Kubernetes; at most TRACEBACK_LIMIT) can put an escape sequence on an admin's terminal,
+    forge a log line or fill the journal.  Call sites make their untrusted arguments readable
+    too (tests/test_sinks.py); this is the last word."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
-        record.message = untrusted.readable(record.message, None)
+        record.message = untrusted.readable(record.message, untrusted.LOG_LIMIT)
         return super().formatMessage(record)
 
     def formatException(self, ei: Any) -> str:  # noqa: N802
-        return untrusted.readable(super().formatException(ei), None, lines=True)
+        return untrusted.readable(super().formatException(ei), TRACEBACK_LIMIT, lines=True)
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802
-        return untrusted.readable(stack_info, None, lines=True)
+        return untrusted.readable(stack_info, TRACEBACK_LIMIT, lines=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -115,7 +115,7 @@ def save_output(
             x.attempts.succeeded(jobid, "save")
             post(saved, f"not saved: {error.message}" if error is not None else "")
 
-        x.jm.save(jobid, OUTPUT_KEY, saved.to_json(), stored)
+        x.jm.save(jobid, OUTPUT_KEY, saved.to_json(), stored, limit=saved.text_limit)
 
     def post(saved: SavedOutput, problem: str) -> None:
         context = {**action.event, **saved.event_summary()}

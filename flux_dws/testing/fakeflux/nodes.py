@@ -12,9 +12,11 @@ Semantics mirrored from flux-core:
   comma-separated list: every rank of each host); unknown hosts or ranks are EINVAL.
 - drained nodes are not given to new jobs (the scheduler skips them).
 - stricter than flux-core, on purpose: a reason the service sends must be one readable line
-  (what the resource module keeps is printed raw by `flux resource drain`), so FakeNodes and
-  serve_resource refuse (EPROTO) one with a control character, and a test catches a sink that
-  skipped flux_dws.base.untrusted.readable.  An admin's drain (FakeFlux.drain) may say anything.
+  of at most MAX_REASON characters (what the resource module keeps is printed raw by `flux
+  resource drain`), so FakeNodes and serve_resource refuse (EPROTO) one with a control
+  character or a longer one, and a test catches a sink that skipped
+  flux_dws.base.untrusted.readable or its bound.  An admin's drain (FakeFlux.drain) may say
+  anything.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from flux_dws.base.hostlist import HostlistError, encode_idset, expand_idset
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import echo, readable
+from flux_dws.core.health import MAX_REASON
 from flux_dws.core.rabbits import parts_to_hold
 from flux_dws.core.release import PoolMarks
 from flux_dws.flux.resource import Done, NodeStatus
@@ -47,9 +50,14 @@ class DrainError(OSError):
 
 
 def _service_reason(reason: str) -> str:
-    """A reason from the service: refused unless it is one readable line (see above)."""
-    if reason != readable(reason, None):
-        raise DrainError(errno.EPROTO, f"drain reason {echo(reason)} is not one readable line")
+    """A reason from the service: refused unless it is one readable line of at most
+    MAX_REASON characters (see above)."""
+    if reason != readable(reason, MAX_REASON):
+        raise DrainError(
+            errno.EPROTO,
+            f"drain reason {echo(reason)} is not one readable line of at most {MAX_REASON}"
+            " characters",
+        )
     return reason
 
 
