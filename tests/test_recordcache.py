@@ -152,3 +152,21 @@ def test_container_and_copy_jobs_list_no_pods_or_movements_after_start_up(monkey
         assert (records.pods.hits, records.movements.hits) == (3, 6)
     assert counts.get(("list", "pods")) == 1  # the pod watch's first list, nothing per job
     assert counts.get(("list", "nnfdatamovements")) == 1
+
+
+@pytest.mark.parametrize("ending", ["\n", ""])
+def test_a_log_cut_to_its_last_lines_says_older_output_was_left_out(kubeapi, kube, ending):
+    """However the log ends (a container's last line need not end in a newline), output older
+    than the lines kept is said to be left out; a short log is whole."""
+    from flux_dws.testing.kubeapi.podlog import logs_of
+
+    kubeapi.store.create("pods", NS, pod("long", "wf"))
+    # 600 short lines: the last 512 asked for fit well within the 4096 bytes kept
+    logs_of(kubeapi.store).write(NS, "long", "app", "\n".join(f"l{i}" for i in range(600)) + ending)
+    (saved,) = collect_output(kube, "wf", NS, 4096).containers
+    assert saved.log.startswith("l88\n") and saved.log.endswith("l599" + ending)
+    assert saved.truncated
+    kubeapi.store.create("pods", NS, pod("short", "wf2"))
+    logs_of(kubeapi.store).write(NS, "short", "app", "a\rprogress\nb" + ending)
+    (whole,) = collect_output(kube, "wf2", NS, 4096).containers
+    assert not whole.truncated and whole.log == "a\rprogress\nb" + ending

@@ -251,6 +251,10 @@ def test_pod_log_is_served_as_the_real_server_serves_it(kubeapi, k8s_client):
     assert read(container="a", tail_lines=2) == b"two\nthree\n"
     assert read(container="a", tail_lines=2, limit_bytes=5) == b"two\nt"
     assert read(container="a", tail_lines=0) == b""
+    logs_of(store).write("default", "p", "a", "one\rbar\ntwo")  # "\n" alone ends a line
+    assert read(container="a", tail_lines=2) == b"one\rbar\ntwo"
+    assert read(container="a", tail_lines=1) == b"two"
+    logs_of(store).write("default", "p", "a", "one\ntwo\nthree\n")
     for kw, code, words in [
         ({}, 400, "a container name must be specified for pod p, choose one of: [a b]"),
         ({"container": "b"}, 400, 'container "b" in pod "p" is waiting to start: ErrImagePull'),

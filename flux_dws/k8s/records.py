@@ -178,7 +178,9 @@ def _read_tail(
             tail_lines=lines,
             limit_bytes=bound,
         )
-        more = data.count(b"\n") >= lines
+        # as many lines as asked: older ones may have been left out (the last line of a log
+        # need not end in a newline, and still counts)
+        more = data.count(b"\n") + (not data.endswith(b"\n") and bool(data)) >= lines
         if len(data) < bound:
             return data, more
     return data, True

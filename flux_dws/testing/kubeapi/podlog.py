@@ -92,9 +92,14 @@ def serve(store: Any, namespace: str, pod: str, query: Mapping[str, str]) -> byt
                 f"{reason or 'ContainerCreating'}"
             )
         data = logs_of(store).read(namespace, pod, container) or b""
-    if tail is not None:
-        lines = data.splitlines(keepends=True)
-        data = b"".join(lines[-tail:]) if tail else b""
+    if tail is not None:  # lines end at "\n" only, as the kubelet counts them ("\r" is text)
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+            data = b"".join(line + b"\n" for line in lines[-tail:]) if tail else b""
+        else:
+            kept = lines[-tail:] if tail else []
+            data = b"\n".join(kept)
     if limit is not None:
         data = data[:limit]
     return data
