@@ -523,3 +523,16 @@ def test_the_man_page_gives_the_progress_period():
     man = Path(__file__).resolve().parent.parent / "doc" / "man1" / "flux-dws.rst"
     text = " ".join(man.read_text(encoding="utf-8").split())
     assert f"printed as a plain line every {PLAIN_EVERY:g} seconds" in text
+
+
+def test_the_simulation_log_file_holds_only_readable_lines(tmp_path) -> None:
+    """--log writes the service's log as the service does: escapes and one line each."""
+    import logging
+
+    from flux_dws.cli.simulate import _quiet_logs
+
+    path = tmp_path / "sim.log"
+    with _quiet_logs(str(path)):
+        logging.getLogger("flux-dws.test").error("workflow says %s", "\x1b]0;owned\x07\nforged")
+    (line,) = path.read_text().splitlines()
+    assert line.endswith("workflow says \\x1b]0;owned\\x07\\nforged")

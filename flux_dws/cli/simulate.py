@@ -36,6 +36,7 @@ from flux_dws.cli.simplan import (
     summarize,
 )
 from flux_dws.cli.views import format_duration
+from flux_dws.service.daemon import ReadableFormatter
 
 #: How often the live view is redrawn, and job states are polled, per second.
 REFRESH_HZ = 5.0
@@ -391,7 +392,8 @@ def _quiet_logs(path: str | None) -> Iterator[None]:
     root = logging.getLogger()
     saved = root.level
     handler: logging.Handler = logging.FileHandler(path) if path else logging.NullHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    # the service's own formatter: the log holds DWS's and users' text, read on a terminal
+    handler.setFormatter(ReadableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO if path else logging.CRITICAL)
     try:
