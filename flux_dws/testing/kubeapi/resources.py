@@ -212,6 +212,10 @@ RESOURCES: tuple[Resource, ...] = (
         name_column=False,
         field_labels=builtin.EVENT_FIELDS,
     ),
+    # nnf-sos lists (and deletes) a workflow's container jobs as it finalizes any workflow:
+    # batch Jobs, and the MPI operator's MPIJobs, whose CRD an NNF system installs with it
+    Resource("jobs", "Job", "batch", CORE_VERSIONS, columns=_AGE, subresources=_STATUS),
+    Resource("mpijobs", "MPIJob", "kubeflow.org", ("v2beta1",), columns=_AGE, subresources=_STATUS),
     # nnf-sos's storage controller watches Nodes (its rabbits' labels and taints)
     Resource(
         "nodes",
