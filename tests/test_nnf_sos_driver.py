@@ -162,3 +162,27 @@ def test_an_xfs_job_runs_its_whole_lifecycle_on_nnf_sos(stack):
     assert path == path_of(stack, uid)
     assert env["DW_JOB_XFS"] == path and env["DW_JOBS"] == f"scratch:{path}"
     assert_clean(stack, info)
+
+
+def test_persistent_storage_is_made_used_and_destroyed_by_nnf_sos(stack):
+    """create_persistent, persistentdw and destroy_persistent jobs: nnf-sos's
+    PersistentStorageInstance and NnfStorage outlive the first job and go with the last."""
+    made = stack.wait(
+        stack.submit("#DW create_persistent type=xfs capacity=1GiB name=keep"), timeout=120
+    )
+    assert (made.result, made.exception) == ("COMPLETED", None), made.exception
+    psi = wait_for(
+        "the PersistentStorageInstance", lambda: get(stack, "persistentstorageinstances", "keep")
+    )
+    assert psi["spec"]["fsType"] == "xfs" and psi["status"]["state"] == "Active"
+    assert get(stack, "nnfstorages", "keep") is not None  # nnf-sos's storage outlives the job
+    used = stack.wait(stack.submit("#DW persistentdw name=keep", runtime=0.05), timeout=120)
+    assert (used.result, used.exception) == ("COMPLETED", None), used.exception
+    env = used.events("dws-environment")[0]["context"]["env"]
+    assert env["DW_PERSISTENTS"] == f"keep:{env['DW_PERSISTENT_keep']}"
+    # addComputesEnv's DW_PERSISTENT_<TYPE> for a persistentdw, which has no type= word
+    assert env["DW_PERSISTENT_"] == env["DW_PERSISTENT_keep"]
+    gone = stack.wait(stack.submit("#DW destroy_persistent name=keep"), timeout=120)
+    assert (gone.result, gone.exception) == ("COMPLETED", None), gone.exception
+    wait_for("keep to go", lambda: get(stack, "persistentstorageinstances", "keep") is None)
+    wait_for("its NnfStorage to go", lambda: get(stack, "nnfstorages", "keep") is None)
