@@ -222,7 +222,9 @@ def test_a_jobdw_workflow_goes_through_every_state(store: Store, sim: DwsSim) ->
             }
         if state == "PreRun":
             assert status["env"]["DW_JOB_my_scratch"] == f"/mnt/nnf/{uid}-0"
-            assert status["env"]["DW_JOBS"] == "my-scratch"
+            # nnf-sos's addComputesEnv: name:path pairs, and the first of each type
+            assert status["env"]["DW_JOBS"] == f"my-scratch:/mnt/nnf/{uid}-0"
+            assert status["env"]["DW_JOB_XFS"] == f"/mnt/nnf/{uid}-0"
             assert status["env"]["DW_WORKFLOW_NAME"] == "wf-all"
 
 
@@ -380,6 +382,9 @@ def test_persistentdw_has_no_storage_request_and_its_own_env(store: Store, sim: 
         f"/mnt/nnf/{wf['metadata']['uid']}-0"
     )
     assert "DW_JOBS" not in done["status"]["env"]
+    assert done["status"]["env"]["DW_PERSISTENTS"] == (
+        f"shared-data:/mnt/nnf/{wf['metadata']['uid']}-0"
+    )
     consumers = store.get("persistentstorageinstances", NS, "shared-data")["spec"]
     assert consumers["consumerReferences"] == [
         {"kind": "Workflow", "name": "wf-per-0", "namespace": NS}

@@ -1051,3 +1051,22 @@ def test_label_selector_parse_names_the_bad_requirement():
     with pytest.raises(ApiError) as info:
         parse_label_selector("a=b,,c")
     assert info.value.code == 400 and "a=b,,c" in info.value.message
+
+
+def test_container_job_kinds_nnf_sos_lists_as_it_finalizes_a_workflow(k8s_client, co):
+    """nnf-sos's deleteContainers lists a workflow's batch Jobs and MPIJobs (kubeflow.org) by
+    label on every workflow's deletion: without them served, no workflow is ever finalized."""
+    selector = "dataworkflowservices.github.io/workflow.name=wf"
+    batch = client.BatchV1Api(k8s_client)
+    assert batch.list_namespaced_job("default", label_selector=selector).items == []
+    job = {
+        "metadata": {"name": "c", "labels": {"dataworkflowservices.github.io/workflow.name": "wf"}}
+    }
+    batch.create_namespaced_job("default", job)
+    assert [j.metadata.name for j in batch.list_namespaced_job("default").items] == ["c"]
+    batch.delete_collection_namespaced_job("default", label_selector=selector)
+    assert batch.list_namespaced_job("default").items == []
+    mpi = co.list_namespaced_custom_object(
+        "kubeflow.org", "v2beta1", "default", "mpijobs", label_selector=selector
+    )
+    assert (mpi["kind"], mpi["items"]) == ("MPIJobList", [])

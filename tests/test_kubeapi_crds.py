@@ -113,3 +113,53 @@ def test_an_nnf_kind_is_served_under_each_version_with_pruning_and_status(served
     with pytest.raises(ApiException) as info:
         co.get_namespaced_custom_object(NNF, "v1alpha9", "default", "nnfnodes", "nnf-nlc")
     assert info.value.status == 404
+
+
+def defaulting_manifest() -> dict:
+    """A CRD whose schema has defaults at each depth, as kubebuilder's +default writes them."""
+    item = {"type": "object", "properties": {"size": {"type": "integer", "default": 1}}}
+    spec = {
+        "type": "object",
+        "properties": {
+            "mode": {"type": "string", "default": "Live"},
+            "state": {"type": "string", "default": "Enabled"},
+            "options": {
+                "type": "object",
+                "properties": {"level": {"type": "string", "default": "info"}},
+            },
+            "parts": {"type": "array", "items": item},
+            "byName": {"type": "object", "additionalProperties": item},
+        },
+    }
+    schema = {"type": "object", "properties": {"spec": spec, "status": {"type": "object"}}}
+    version = {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+    manifest = crds_manifest()
+    return {**manifest, "spec": {**manifest["spec"], "versions": [version]}}
+
+
+def test_a_crd_kinds_schema_defaults_are_filled_on_every_write_while_it_is_served():
+    """kube-apiserver fills a CRD schema's defaults on create and update (nnf-sos's Storage
+    controller acts only on a Storage whose spec.mode, defaulted to Live, says so)."""
+    from flux_dws.testing.kubeapi import ApiError, Store
+    from flux_dws.testing.kubeapi.resources import by_plural, serving
+
+    thing = {
+        "apiVersion": "example.org/v1",
+        "kind": "Thing",
+        "metadata": {"name": "a", "namespace": "default"},
+        "spec": {"state": "Disabled", "parts": [{}, {"size": 4}], "byName": {"x": {}}},
+    }
+    with serving([resource_from_crd(defaulting_manifest())]):
+        store = Store()
+        made = store.create("things", "default", thing)
+        spec = made["spec"]
+        assert (spec["mode"], spec["state"]) == ("Live", "Disabled")  # given values are kept
+        assert [p["size"] for p in spec["parts"]] == [1, 4]
+        assert spec["byName"] == {"x": {"size": 1}}
+        assert "options" not in spec  # a default never makes a parent object
+        patched = store.patch("things", "default", "a", {"spec": {"mode": None, "options": {}}})
+        assert patched["spec"]["mode"] == "Live"  # removed: defaulted again on the write
+        assert patched["spec"]["options"] == {"level": "info"}
+        assert "mode" not in made["metadata"]
+    with pytest.raises(ApiError):  # served only inside serving()
+        by_plural("things")

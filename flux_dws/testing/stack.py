@@ -32,12 +32,17 @@ from flux_dws.flux.jobmanager import JobManager
 from flux_dws.k8s import KubeClient
 from flux_dws.service.service import Service
 from flux_dws.testing.dwssim import DwsSim, compute_names, seed
+from flux_dws.testing.dwssim.computemounts import ComputeMounts
 from flux_dws.testing.dwssim.faults import set_rabbit_status
 from flux_dws.testing.fakeflux import FakeFlux, JobInfo
 from flux_dws.testing.kubeapi import ApiError, KubeApi, Store
 from flux_dws.testing.kubeapi.admission import deny
 
 log = logging.getLogger("flux-dws.testing.stack")
+
+
+def _storage_ready(storage: dict[str, Any]) -> bool:
+    return (storage.get("status") or {}).get("status") == "Ready"
 
 
 class Stack:
@@ -60,6 +65,7 @@ class Stack:
         capacity: int | None = None,
         system_storage: Mapping[str, int] | None = None,
         dws: str = "sim",
+        nnf: str = "sim",
         webhook: str = "port",
         external: Sequence[str] = (),
     ) -> None:
@@ -75,6 +81,14 @@ class Stack:
         # workflows, and dwssim plays only nnf-sos's driver beside them.
         self.dws = dws
         self.real_dws: Any = None
+        if nnf not in ("sim", "sos") or (nnf == "sos" and dws != "real"):
+            raise ValueError(f"nnf must be 'sim', or 'sos' with dws='real', not {nnf!r}")
+        # "sos": nnf-sos (realdws.NnfSos, mock hardware) is the NNF driver beside the real DWS,
+        # on a kubeapi serving DWS's and nnf-sos's own CRDs; dwssim does not run.
+        self.nnf = nnf
+        self.nnf_sos: Any = None
+        self.compute_mounts: Any = None  # dwssim's clientmountd on the computes (nnf="sos")
+        self._serving: Any = None  # the CRD kinds served while this stack runs (nnf="sos")
         if webhook not in ("port", "real"):
             raise ValueError(f"webhook must be 'port' or 'real', not {webhook!r}")
         # "real": DWS's own admission webhooks (realdws.RealWebhook, over HTTPS) decide what
@@ -126,6 +140,8 @@ class Stack:
         if self.api_process:
             self._start_api_process()
         else:
+            if self.nnf == "sos":
+                self._serve_crds()
             store = Store(webhooks=self.webhook == "port")
             self.api = KubeApi(store=store, seed=self.seed).start()
             self.api.write_kubeconfig(self.kubeconfig)
@@ -138,6 +154,7 @@ class Stack:
                 computes=attached,
                 rabbits=self.rabbits,
                 external=self.external,
+                storages=self.nnf == "sim",
                 **extra,
             )
             if self.dws == "real":
@@ -145,6 +162,9 @@ class Stack:
 
                 self.real_dws = RealDws(self.kubeconfig, self._tmp.name)
                 self.real_dws.start()
+            if self.nnf == "sos":
+                self._start_nnf_sos()
+        if self.nnf == "sim" and self.api is not None:
             # Beside the real DWS, dwssim plays only nnf-sos's driver (its NNF entries).
             self.sim = DwsSim(
                 self.api.store,
@@ -172,6 +192,45 @@ class Stack:
                 self._server = FakeFluxServer(self.flux, path).start()
         self.start_service()
         return self
+
+    def _serve_crds(self) -> None:
+        """Serve DWS's and nnf-sos's kinds from their CRD manifests until stop()."""
+        import contextlib
+
+        from flux_dws.testing.kubeapi import crds, resources
+        from flux_dws.testing.realdws import crd_dirs
+
+        self._serving = contextlib.ExitStack()
+        self._serving.enter_context(resources.serving(crds.load(crd_dirs())))
+
+    def _start_nnf_sos(self) -> None:
+        """nnf-sos beside the real DWS: what a deployment has before it (the rabbits' k8s
+        Nodes, Ready; its profiles), then its storage controller and a node controller per
+        rabbit, on mock hardware."""
+        from flux_dws.testing.realdws import NnfSos, install_nnf_profiles, nnf_node_pod
+
+        assert self.api is not None and self.rabbits is not None
+        for rabbit in self.rabbits:
+            ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+            node = {"metadata": {"name": rabbit}, "status": {"conditions": [ready]}}
+            self.api.store.create("nodes", None, node)
+            self.api.store.create("pods", "nnf-system", nnf_node_pod(rabbit))
+        install_nnf_profiles(self.api.store)
+        self.nnf_sos = NnfSos(self.kubeconfig, self._tmp.name, list(self.rabbits))
+        self.nnf_sos.start()
+        # DWS makes each rabbit's Storage, nnf-sos reports its status: the service starts on
+        # a system whose rabbits are up, as a site's would.
+        deadline = time.monotonic() + 60
+        while True:
+            storages, _ = self.api.store.list("storages", "default")
+            up = {s["metadata"]["name"] for s in storages if _storage_ready(s)}
+            if up >= set(self.rabbits):
+                break
+            if time.monotonic() > deadline or not self.nnf_sos.running():
+                raise RuntimeError(f"nnf-sos reported no Ready Storage for {self.rabbits}")
+            time.sleep(0.1)
+        # nnf-sos's clientmountd runs on each compute node (not here): dwssim plays it.
+        self.compute_mounts = ComputeMounts(self.api.store, self.hosts).start()
 
     def _start_real_webhook(self) -> None:
         from flux_dws.testing.kubeapi.admission import register_remote_webhooks
@@ -316,10 +375,13 @@ class Stack:
             self._server and self._server.stop,
             self.flux and self.flux.stop,
             self.sim and self.sim.stop,
+            self.compute_mounts and self.compute_mounts.stop,
+            self.nnf_sos and self.nnf_sos.stop,
             self.real_dws and self.real_dws.stop,
             self.real_webhook and self.real_webhook.stop,
             self.api and self.api.stop,
             self._process and self._stop_api_process,
+            self._serving and self._serving.close,
         ):
             if step:
                 try:

@@ -213,19 +213,25 @@ def mount_path(workflow: Mapping[str, Any], index: int) -> str:
 def storage_env(
     workflow: Mapping[str, Any], directive: Directive, all_directives: Sequence[Directive]
 ) -> dict[str, str]:
-    """PreRun environment for one jobdw or persistentdw directive.
-
-    DW_JOBS lists the job's jobdw names, comma-separated, in directive order.
+    """PreRun environment for one jobdw or persistentdw directive, as nnf-sos's
+    addComputesEnv (nnf_workflow_controller.go) writes it: DW_JOB_<name>, DW_JOB_<TYPE> for
+    the first jobdw of each type, and DW_JOBS listing ``name:path`` of every jobdw,
+    comma-separated in directive order; DW_PERSISTENT_<name> and DW_PERSISTENTS alike.
     """
     if directive.command == "jobdw":
-        jobs = [d.args["name"] for d in all_directives if d.command == "jobdw"]
+        jobs = [d for d in all_directives if d.command == "jobdw"]
+        kind = directive.args.get("type", "")
+        first = next(d for d in jobs if d.args.get("type", "") == kind)
         return {
             env_name("DW_JOB_", directive.args["name"]): mount_path(workflow, directive.index),
-            "DW_JOBS": ",".join(jobs),
+            "DW_JOB_" + kind.upper(): mount_path(workflow, first.index),
+            "DW_JOBS": ",".join(f"{d.args['name']}:{mount_path(workflow, d.index)}" for d in jobs),
         }
     if directive.command == "persistentdw":
+        uses = [d for d in all_directives if d.command == "persistentdw"]
         name = env_name("DW_PERSISTENT_", directive.args["name"])
-        return {name: mount_path(workflow, directive.index)}
+        listed = ",".join(f"{d.args['name']}:{mount_path(workflow, d.index)}" for d in uses)
+        return {name: mount_path(workflow, directive.index), "DW_PERSISTENTS": listed}
     return {}
 
 

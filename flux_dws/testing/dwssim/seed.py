@@ -32,6 +32,7 @@ def seed(
     profiles: Iterable[Mapping[str, Any]] | None = None,
     capacity: int | Mapping[str, int] = RABBIT_CAPACITY,
     external: Sequence[str] = (),
+    storages: bool = True,
 ) -> dict[str, list[str]]:
     """Create the SystemConfiguration "default", a Storage per rabbit and the
     NnfContainerProfiles; return the map.
@@ -41,7 +42,9 @@ def seed(
     simulator's behaviour profiles (``PROFILES``).  ``capacity`` is each rabbit's Storage
     capacity in bytes: one figure for all, or one per rabbit name.  ``external`` are compute
     nodes no rabbit serves, DWS's ``externalComputeNodes`` (nnf-sos makes each a namespace
-    too, for its ClientMounts).  Objects that already exist are replaced.
+    too, for its ClientMounts).  ``storages=False`` leaves the Storage objects to DWS's
+    SystemConfiguration controller (and their status to nnf-sos), as on a real system.
+    Objects that already exist are replaced.
     """
     mapping = (
         {r: list(c) for r, c in rabbits.items()}
@@ -69,7 +72,7 @@ def seed(
             "data": {"nodes": {}},
         },
     )
-    for rabbit, served in mapping.items():
+    for rabbit, served in mapping.items() if storages else ():
         size = capacity if isinstance(capacity, int) else capacity.get(rabbit, RABBIT_CAPACITY)
         _put(store, "storages", storage_resource(rabbit, served, size))
     for profile in seeded_profiles() if profiles is None else profiles:

@@ -10,9 +10,11 @@ nnf-sos checkout's config/crd/bases): none is copied into flux-dws.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import yaml
 
@@ -68,6 +70,35 @@ def resource_from_crd(crd: dict) -> Resource:
         subresources=tuple(sorted(stored.get("subresources") or {})),
         schema=schema if isinstance(schema, dict) else None,
     )
+
+
+def apply_defaults(schema: dict, value: Any) -> None:
+    """Fill ``value`` in place with its structural schema's ``default``s, as kube-apiserver
+    defaults a custom resource on every write: a property it leaves out gets its default,
+    in objects that are there (a default never makes a parent), in array items and in
+    ``additionalProperties`` maps, depth first.  ``metadata`` is never defaulted."""
+    if isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for item in value:
+                apply_defaults(items, item)
+        return
+    if not isinstance(value, dict):
+        return
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for key, sub in properties.items():
+            if not isinstance(sub, dict) or key == "metadata":
+                continue
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                apply_defaults(sub, value[key])
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in value:
+            if not isinstance(properties, dict) or key not in properties:
+                apply_defaults(extra, value[key])
 
 
 def load(paths: Iterable[str]) -> list[Resource]:

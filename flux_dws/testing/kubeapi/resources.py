@@ -7,7 +7,8 @@ object (as a CRD with a no-op conversion does); the first version listed is the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from . import builtin
@@ -211,6 +212,10 @@ RESOURCES: tuple[Resource, ...] = (
         name_column=False,
         field_labels=builtin.EVENT_FIELDS,
     ),
+    # nnf-sos lists (and deletes) a workflow's container jobs as it finalizes any workflow:
+    # batch Jobs, and the MPI operator's MPIJobs, whose CRD an NNF system installs with it
+    Resource("jobs", "Job", "batch", CORE_VERSIONS, columns=_AGE, subresources=_STATUS),
+    Resource("mpijobs", "MPIJob", "kubeflow.org", ("v2beta1",), columns=_AGE, subresources=_STATUS),
     # nnf-sos's storage controller watches Nodes (its rabbits' labels and taints)
     Resource(
         "nodes",
@@ -250,6 +255,19 @@ def register(extra: Iterable[Resource]) -> None:
         table[(resource.group, resource.plural)] = resource
     RESOURCES = tuple(table.values())
     _BY_PLURAL = {r.plural: r for r in RESOURCES}
+
+
+@contextlib.contextmanager
+def serving(extra: Iterable[Resource]) -> Iterator[None]:
+    """:func:`register` ``extra`` for a while, then serve what was served before: an
+    in-process kubeapi (a test's) serves a system's CRDs only while it runs."""
+    global RESOURCES, _BY_PLURAL
+    saved = RESOURCES, _BY_PLURAL
+    register(extra)
+    try:
+        yield
+    finally:
+        RESOURCES, _BY_PLURAL = saved
 
 
 def by_plural(plural: str) -> Resource:

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from . import errors, managed, paging
+from .crds import apply_defaults
 from .errors import ApiError
 from .managed import Manager
 from .resources import Resource, by_plural
@@ -821,6 +822,8 @@ def _normalize(resource: Resource, obj: dict) -> None:
     elif resource.plural == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})
+    if resource.schema is not None:  # a kind served from its CRD: the schema's defaults
+        apply_defaults(resource.schema, obj)
 
 
 def _parse_rv(text: str) -> int:
