@@ -40,6 +40,7 @@
 #define WAITING_REASON "flux-dws service is not running"
 #define STORAGE_REASON "flux-dws service has not yet held again the storage of jobs" \
                        " released early"
+#define SERVICE_WAIT_STEP "submit the job again once the service is back"
 #define DEFAULT_HEARTBEAT 10.    // [dws] heartbeat when unset, seconds
 #define MISSED_HEARTBEATS 3       // silent this many heartbeats: the service is gone
 #define SAVE_KEY_MAX 128          // longest key "save" writes under a job's directory

@@ -42,13 +42,16 @@ static void service_wait_over (flux_reactor_t *r,
     if (!kept && (st->state != FLUX_JOB_STATE_DEPEND || service_connected (ctx)))
         return;
     format_fsd (ctx->service_wait, wait, sizeof (wait));
+    /* The one form of every failure note (flux_dws/core/messages.py): <State> failed: ... */
     if (kept)
         snprintf (note, sizeof (note),
-                  "%s after waiting %s ([dws] service-wait): not scheduled",
+                  "Setup failed: %s after waiting %s ([dws] service-wait): not scheduled; "
+                  SERVICE_WAIT_STEP,
                   STORAGE_REASON, wait);
     else
         snprintf (note, sizeof (note),
-                  "%s after waiting %s ([dws] service-wait): storage not set up",
+                  "Proposal failed: %s after waiting %s ([dws] service-wait): storage not"
+                  " set up; " SERVICE_WAIT_STEP,
                   WAITING_REASON, wait);
     flux_log (ctx->h, LOG_WARNING,
               "dws: job %s: %s; raising a dws exception",
@@ -105,8 +108,8 @@ void hold_in_depend (struct dwsjob *st)
         flux_log_error (ctx->h, "dws: job %s: adding the dws dependency",
                         f58 (st->id, idbuf, sizeof (idbuf)));
         (void)flux_jobtap_raise_exception (ctx->p, st->id, PLUGIN_NAME, 0,
-                                           "dws: could not hold the job for its"
-                                           " workflow: %s", strerror (errno));
+                                           "Proposal failed: could not hold the job"
+                                           " for its workflow: %s", strerror (errno));
         return;
     }
     if (service_connected (ctx))

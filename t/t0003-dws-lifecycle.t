@@ -151,7 +151,9 @@ test_expect_success 'a container still starting at the PreRun timeout fails the 
 '
 
 # fails_after_run PROFILE TEXT: the tasks ran and exited 0, then PostRun failed: Flux keeps
-# the result COMPLETED, but flux run exits 1 and prints the exception; DataOut is skipped.
+# the result COMPLETED (and {success} True: both are fixed at finish), but flux run and
+# flux job status exit 1, the dws memo says FAILED and why, and so does flux dws status,
+# every failure line in the one form; DataOut is skipped.
 fails_after_run() {
     test_must_fail flux run -S dw="$(container_dw $1)" true 2>$1.err &&
     id=$(flux job last) &&
@@ -161,8 +163,17 @@ fails_after_run() {
     outcome_of $id >$1.outcome &&
     grep -F "COMPLETED dws PostRun failed: #DW container name=" $1.outcome &&
     grep -F "$2" $1.outcome &&
+    test_must_fail flux job status $id &&
+    test "$(flux jobs -n -o "{success}" $id)" = True &&
     flux jobs -n -o "{user.dws.result}" $id >$1.memo &&
     test "$(cat $1.memo)" = FAILED &&
+    flux jobs -n -o "{user.dws.reason}" $id >$1.reason &&
+    grep -F "PostRun failed: #DW container name=app profile=$1 DW_JOB_data=shared: " $1.reason &&
+    grep -F "$2" $1.reason &&
+    "$DWS_PYTHON" -m flux_dws status $id >$1.status &&
+    grep "^STATE  *INACTIVE (FAILED); flux jobs shows COMPLETED" $1.status &&
+    grep -F "EXCEPTION  dws: $(cat $1.reason)" $1.status &&
+    grep -F "CONTAINER  $(cat $1.reason)" $1.status &&
     flux job eventlog $id >$1.eventlog &&
     grep "finish status=0" $1.eventlog &&
     grep "dws-container .*phase=\"PostRun\"" $1.eventlog &&

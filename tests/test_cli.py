@@ -396,8 +396,9 @@ def test_status_and_logs_of_a_finished_container_failure(stack):
     assert "PostRun" in out and "Teardown" in out
     code, out, _ = run(["logs", str(jobid)], StackSource(stack))
     assert code == 0
-    assert "container failed in PostRun" in out
-    assert "BackoffLimitExceeded" in out  # the detail nnf-sos gave
+    lead = f"container PostRun failed: {CRASH[1]}: user container(s) failed to run successfully"
+    assert f"{f58(jobid)}: {lead}" in out  # the one form first, then DWS's detail
+    assert "\n  detail: container MPIJob Failed (BackoffLimitExceeded): " in out
     code, out, _ = run(["status", "--json", str(jobid)], StackSource(stack))
     doc = json.loads(out)
     assert doc["container"]["state"] == "failed" and doc["result"] == "COMPLETED"

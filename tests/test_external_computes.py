@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from flux_dws.base.jobid import f58
 from flux_dws.core.identity import workflow_name
 from flux_dws.testing.realdws import BACKENDS, backend_options, backend_problem
 from flux_dws.testing.stack import Stack
@@ -51,9 +52,9 @@ def test_xfs_on_an_external_node_fails_before_the_job_starts_naming_it(stack):
     info = stack.wait(stack.submit(XFS, nnodes=2))
     assert info.result == "FAILED" and "start" not in [e["name"] for e in info.eventlog]
     assert note(info) == (
-        "cannot place the job's storage: compute node compute-02 is one of the"
+        "Setup failed: cannot place the job's storage: compute node compute-02 is one of the"
         " SystemConfiguration's externalComputeNodes: no rabbit is attached to it, so it"
-        " cannot have xfs storage (only Lustre reaches it)"
+        f" cannot have xfs storage (only Lustre reaches it); flux dws status {f58(info.id)}"
     )
     assert_clean(stack, info)
 

@@ -451,7 +451,10 @@ def test_workflow_deleted_in_epilog_before_teardown_fails_and_finishes_epilog():
 def test_invalid_request_fails_the_job_once():
     j = job(request=None, request_error="system.dw: bad", workflow_created=False)
     (raised,) = decide(j, None, POLICY, NOW)
-    assert raised.note == "invalid DWS request: system.dw: bad"
+    assert raised.note == (
+        "Proposal failed: invalid DWS request: system.dw: bad; "
+        "correct the job's #DW directives and submit it again"
+    )
     failed = dataclasses.replace(j, exception=JobException(lc.EXCEPTION_TYPE))
     assert moves(decide(failed, None, POLICY, NOW)) == []
 

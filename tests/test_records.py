@@ -17,12 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flux_dws.base.jobid import f58
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.copies import (
     DIRECTIVE_INDEX_LABEL,
     INITIATOR_LABEL,
+    copy_note,
     copy_records,
-    failure_note,
     first_error,
     go_duration,
     pending_copies,
@@ -77,9 +78,10 @@ def test_records_aggregate_every_object_of_a_directive():
     first, second = records
     assert (first.files, first.bytes, first.elapsed, first.movements) == (3, 1024, 4.5, 1)
     assert (second.files, second.bytes, second.elapsed, second.movements) == (4, 1024, 62.5, 2)
-    note = failure_note(second)
+    note = copy_note(second, 83969966080)
     assert note.startswith(f"DataIn failed: {IN2}: ")
-    assert note.endswith("ERROR: Failed to open /lus/b/x.dat (errno=2 No such file or directory)")
+    error = "ERROR: Failed to open /lus/b/x.dat (errno=2 No such file or directory)"
+    assert note.endswith(f"{error}; check the paths; flux dws status {f58(83969966080)}")
 
 
 def test_a_directive_without_objects_is_unknown_and_says_why():

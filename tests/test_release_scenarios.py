@@ -92,20 +92,35 @@ def test_dataout_failure_after_release_is_saved_for_the_user(early):
     assert dataout["status"] == "failed"
     assert dataout["copies"][0]["status"] == "Failed"
     assert "missing" in dataout["copies"][0]["message"]
+    # Flux's result stays COMPLETED (the job is inactive: no memo can be set on it): the
+    # saved outcome carries the job's real result and why, in the one form of every failure
+    lead = f"DataOut failed: {COPY_OUT_FAILS}: "
+    assert dataout["result"] == "FAILED" and dataout["reason"].startswith(lead)
+    assert "Failed to open $DW_JOB_scratch/missing" in dataout["reason"]
+    assert dataout["reason"].endswith(f"; check the paths; flux dws status {f58(jobid)}")
     assert json.loads(early.saved(jobid, "dws.release.teardown"))["status"] == "done"
-    # what `flux dws status JOBID` shows the user
+    # what `flux dws status JOBID` shows the user: FAILED, and why
+    text = status_of(early, jobid)
+    lines = text.splitlines()
+    assert "STATE     INACTIVE (FAILED); flux jobs shows COMPLETED" in lines[1]
+    assert "RELEASED" in text and "TEARDOWN   done" in text
+    assert f"DATAOUT    {dataout['reason']}" in lines
+    assert "copy_out #1: Failed" in text
+    assert json.loads(status_of(early, jobid, "--json"))["outcome"] == "FAILED"
+
+
+def status_of(stack, jobid, *options):
+    """What `flux dws status JOBID` prints."""
     out = io.StringIO()
     code = main(
-        ["status", f58(jobid)],
+        ["status", *options, f58(jobid)],
         out=out,
         err=io.StringIO(),
-        source_factory=lambda: StackSource(early),
+        source_factory=lambda: StackSource(stack),
         environ={},
     )
-    text = out.getvalue()
     assert code == 0
-    assert "RELEASED" in text and "DATAOUT    failed" in text and "TEARDOWN   done" in text
-    assert "copy_out #1: Failed" in text
+    return out.getvalue()
 
 
 def test_a_node_whose_unmount_hangs_is_drained_alone(early):

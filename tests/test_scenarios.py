@@ -287,7 +287,7 @@ def test_job_on_a_node_no_rabbit_serves_fails_before_it_starts():
         seed(stack.api.store, rabbits={"rabbit-1": [stack.hosts[0]]})
         info = stack.wait(stack.submit(JOBDW, nnodes=2))
         assert info.result == "FAILED" and "start" not in names(info)
-        assert exception_note(info).startswith("cannot place the job's storage: ")
+        assert exception_note(info).startswith("Setup failed: cannot place the job's storage: ")
         assert f"no rabbit serves compute node {stack.hosts[1]}" in exception_note(info)
         assert states_entered(info)[-1] == "Teardown"
         assert_clean(stack, info)
@@ -307,7 +307,7 @@ def test_webhook_rejection_fails_the_job_with_the_webhook_message(stack):
     stack.reject_directives_containing("forbidden-name", "name 'forbidden-name' is reserved")
     info = stack.wait(stack.submit("#DW jobdw type=xfs capacity=1GiB name=forbidden-name"))
     assert info.result == "FAILED"
-    assert "DWS rejected" in exception_note(info)
+    assert exception_note(info).startswith("Proposal failed: DWS rejected the job's directives: ")
     assert "is reserved" in exception_note(info)
     assert "dws-workflow" not in names(info)
     assert_clean(stack, info)

@@ -168,7 +168,7 @@ def test_copy_records_post_what_flux_accepts_and_read_as_one_line(objects, word)
         for figure in ("items", "files", "bytes", "directories", "links"):
             assert event[figure] is None or 0 <= event[figure] <= untrusted.INT64_MAX
         assert readable_line(copies.summary(record))
-        assert readable_line(untrusted.readable(copies.failure_note(record)), 1024)
+        assert readable_line(untrusted.readable(copies.copy_note(record, 1)), 1024)
 
 
 def test_byte_totals_past_int64_are_unknown_not_refused():

@@ -8,6 +8,7 @@ run them against a Stack exactly as users run them against a Flux instance.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import time
@@ -19,7 +20,13 @@ from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.health import build_health, health_json, render_health
 from flux_dws.cli.inventory import filter_rows, list_rows
 from flux_dws.cli.records import copies, render_copies, render_output
-from flux_dws.cli.released import KEYS, release_event, release_view, render_release
+from flux_dws.cli.released import (
+    KEYS,
+    release_event,
+    release_failure,
+    release_view,
+    render_release,
+)
 from flux_dws.cli.render import (
     LIST_FIELDS,
     LIST_FORMATS,
@@ -89,6 +96,8 @@ def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) ->
     view = build_status(jobid, eventlog, workflow, now, workflow_note=note)
     moved = copies(eventlog)
     released = _released(source, jobid, eventlog)
+    if view.outcome == "COMPLETED" and release_failure(released):  # DataOut, after the release
+        view = dataclasses.replace(view, outcome="FAILED")
     if args.json:
         show_json({**to_jsonable(view), "copies": moved, "release": released}, out)
     else:

@@ -17,6 +17,8 @@ from flux_dws.core.release import RELEASE_KEY
 
 #: The saved outcomes, by state, in the order they happen.
 KEYS = (("DataOut", f"{RELEASE_KEY}.dataout"), ("Teardown", f"{RELEASE_KEY}.teardown"))
+#: How much of a saved note is shown (a directive, a copy's first error and a next step).
+REASON_LIMIT = 1024
 
 
 def release_event(eventlog: Sequence[Event]) -> Mapping[str, Any] | None:
@@ -38,7 +40,8 @@ def release_view(
         if isinstance(value, Mapping):
             states[state] = {
                 "status": untrusted.field(value.get("status")) or "?",
-                "message": untrusted.text(value.get("message") or "", 300),
+                "message": untrusted.text(value.get("message") or "", REASON_LIMIT),
+                "reason": untrusted.text(value.get("reason") or "", REASON_LIMIT),
                 "copies": [
                     {
                         "index": c.get("index"),
@@ -54,15 +57,28 @@ def release_view(
     return {"drained": drained, "reason": untrusted.text(event.get("reason") or "", 300), **states}
 
 
+def release_failure(view: Mapping[str, Any] | None) -> str | None:
+    """Why a job released early failed after all (its DataOut failed: the saved ``reason``,
+    else the state's message), or None.  Flux's ``result`` stays COMPLETED: the job was
+    inactive by then, and Flux sets no memo on an inactive job."""
+    dataout = (view or {}).get("DataOut") or {}
+    if dataout.get("status") != "failed":
+        return None
+    return dataout.get("reason") or dataout.get("message") or "DataOut failed"
+
+
 def render_release(view: Mapping[str, Any]) -> list[str]:
     drained = view.get("drained") or []
     line = "RELEASED   the job's nodes went back after PostRun unmounted its storage"
     lines = ["", line + (f"; drained {','.join(drained)}" if drained else "")]
     for state, _ in KEYS:
         outcome = view.get(state) or {}
-        text = f"{state.upper():<10} {outcome.get('status', '?')}"
-        if outcome.get("message"):
-            text += f": {outcome['message']}"
+        said = outcome.get("reason") or outcome.get("message")
+        if outcome.get("status") == "failed" and said:  # "<State> failed: ...", one form
+            text = f"{state.upper():<10} {said}"
+        else:
+            text = f"{state.upper():<10} {outcome.get('status', '?')}"
+            text += f": {said}" if said else ""
         lines.append(text)
         for copy in outcome.get("copies") or ():
             words = f"  copy_out #{copy.get('index')}: {copy.get('status')}"

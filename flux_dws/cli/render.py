@@ -27,7 +27,8 @@ from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.cli.inventory import ListRow
-from flux_dws.cli.views import JobLogs, JobStatus, format_duration
+from flux_dws.cli.views import Container, JobLogs, JobStatus, format_duration
+from flux_dws.core.messages import dws_reason
 
 _FORMATTER = string.Formatter()
 #: [[fill]align][sign][z][#][0][width][grouping][.precision][type] -> the parts a header keeps.
@@ -307,9 +308,10 @@ def render_status(
     c = status.container
     if c is not None:
         where = f" in {c.phase}" if c.phase else ""
-        tail.append(("CONTAINER", f"{c.state}{where}" + (f": {c.reason}" if c.reason else "")))
+        said = f": {c.reason}" if c.reason else ""
+        tail.append(("CONTAINER", c.note or f"{c.state}{where}{said}"))
         if c.detail:
-            tail.append(("DETAIL", c.detail))
+            tail.append(("DETAIL", container_detail(c)))
     t = status.transient
     if t is not None and t.since is not None:
         tail.append(("TRANSIENT", f"{t.state} since {clock(t.since)}: {t.message}"))
@@ -321,10 +323,16 @@ def render_status(
     if status.tolerance is not None:
         tail.append(("TOLERANCE", status.tolerance))
     if status.teardown_failed is not None:
-        tail.append(("TEARDOWN", f"failed: {status.teardown_failed}"))
+        tail.append(("TEARDOWN", status.teardown_failed))
     if tail:
         lines += ["", *_pairs(tail)]
     return lines
+
+
+def container_detail(c: Container) -> str:
+    """The driver's error after a container failure's note: DWS's words without the
+    ``<Type> error:`` DWS puts first (the note says what failed; this says how)."""
+    return dws_reason(c.detail) if c.note else c.detail
 
 
 def _left(left: float | None) -> str:
@@ -345,11 +353,11 @@ def render_logs(logs: JobLogs, *, prefix: str = "ƒ") -> list[str]:
     c = logs.container
     if c is not None:
         where = f" in {c.phase}" if c.phase else ""
-        lines.append(f"{job}: container {c.state}{where}")
-        if c.reason:
+        lines.append(f"{job}: container {c.note or c.state + where}")
+        if c.reason and not c.note:
             lines.append(f"  reason: {c.reason}")
         if c.detail:
-            lines.append(f"  detail: {c.detail}")
+            lines.append(f"  detail: {container_detail(c)}")
     if logs.exception:
         exc = logs.exception
         lines.append(f"{job}: exception {exc.get('type', '?')}: {exc.get('note', '')}")
@@ -362,8 +370,7 @@ def render_logs(logs: JobLogs, *, prefix: str = "ƒ") -> list[str]:
     for reason in logs.waiting:
         lines.append(f"{job}: waited: {reason}")
     if logs.teardown_failed is not None:
-        lines.append(f"{job}: Teardown failed (workflow left for an administrator): ")
-        lines[-1] += logs.teardown_failed
+        lines.append(f"{job}: {logs.teardown_failed}")
     for d in logs.drivers:
         lines.append(
             f"{job}: driver {d.driver or '?'} directive {d.dwd_index} {d.state} {d.status}:"

@@ -16,6 +16,8 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.fsd import parse_fsd
+from flux_dws.core.lifecycle import container_note
+from flux_dws.core.messages import failure_note
 from flux_dws.core.states import STATE_KEYS, State
 from flux_dws.core.workflow import ContainerState, WorkflowView, view_workflow
 from flux_dws.flux import results
@@ -162,9 +164,12 @@ class Container:
 
     state: str
     phase: str
-    reason: str
-    detail: str
+    reason: str  # DWS's words, as DWS wrote them
+    detail: str  # the driver's error, as DWS wrote it
     source: str  # "job" (the dws-container event) or "workflow" (the live object)
+    #: a failure in the one form (flux_dws.core.messages), what the user reads first; ""
+    #: when the containers did not fail
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -348,17 +353,28 @@ def transient_condition(eventlog: Sequence[Event]) -> Transient | None:
     )
 
 
-def container_outcome(eventlog: Sequence[Event], wf: WorkflowView | None) -> Container | None:
+def container_outcome(
+    jobid: int, eventlog: Sequence[Event], wf: WorkflowView | None
+) -> Container | None:
     """The recorded outcome (``dws-container``), else what the live workflow says."""
     event = _last(eventlog, "dws-container")
     if event is not None:
         ctx = _context(event)
+        state, phase = str(ctx.get("state", "")), str(ctx.get("phase") or "")
+        reason = str(ctx.get("reason") or "")
+        note = str(ctx.get("note") or "")
+        if not note and _failed(state):  # recorded before the event carried its note
+            started = state != ContainerState.START_FAILED.value
+            note = failure_note(
+                phase or (State.POSTRUN if started else State.PRERUN).value, reason, jobid
+            )
         return Container(
-            state=str(ctx.get("state", "")),
-            phase=str(ctx.get("phase") or ""),
-            reason=str(ctx.get("reason") or ""),
+            state=state,
+            phase=phase,
+            reason=reason,
             detail=str(ctx.get("detail") or ""),
             source="job",
+            note=note,
         )
     if wf is not None and wf.container.state is not ContainerState.NONE:
         outcome = wf.container
@@ -368,8 +384,16 @@ def container_outcome(eventlog: Sequence[Event], wf: WorkflowView | None) -> Con
             reason=outcome.reason,
             detail=outcome.detail,
             source="workflow",
+            note=container_note(jobid, wf) if outcome.state.is_failure else "",
         )
     return None
+
+
+def _failed(state: str) -> bool:
+    try:
+        return ContainerState(state).is_failure
+    except ValueError:
+        return False
 
 
 def last_message(eventlog: Sequence[Event], wf: WorkflowView | None) -> str:
@@ -428,7 +452,7 @@ def build_status(
         timeouts=timeout_lines(eventlog, spans, now=now, active=active),
         workflow=_live(wf),
         workflow_note=note,
-        container=container_outcome(eventlog, wf),
+        container=container_outcome(jobid, eventlog, wf),
         transient=transient_condition(eventlog),
         last_message=last_message(eventlog, wf),
         exception=fatal_exception(eventlog),
@@ -532,7 +556,7 @@ def build_logs(
     teardown = _last(eventlog, "dws-teardown-failed")
     return JobLogs(
         jobid=jobid,
-        container=container_outcome(eventlog, wf),
+        container=container_outcome(jobid, eventlog, wf),
         exception=fatal_exception(eventlog),
         transients=transients,
         waiting=tuple(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux_dws.base import untrusted
+from flux_dws.core.messages import failure_note
 from flux_dws.core.states import State
 from flux_dws.core.workflow import parse_time
 
@@ -214,10 +215,15 @@ def first_error(message: str) -> str:
     return untrusted.field(chosen, ERROR_LIMIT)
 
 
-def failure_note(record: CopyRecord) -> str:
-    """The job's exception note for a failed copy: the state, the directive, the first error."""
-    error = first_error(record.message) or f"status {record.status}"
-    return f"{record.state.value} failed: {untrusted.field(record.directive, 200)}: {error}"
+def copy_error(record: CopyRecord) -> str:
+    """Why a copy failed, for the job's note: the first error its data movement reported."""
+    return first_error(record.message) or f"status {record.status}"
+
+
+def copy_note(record: CopyRecord, jobid: int) -> str:
+    """The note for a failed copy, in the one form (flux_dws.core.messages): the state, the
+    directive, the first error, what to do next (the paths: the error names the file)."""
+    return failure_note(record.state.value, copy_error(record), jobid, directive=record.directive)
 
 
 def summary(record: CopyRecord) -> str:

@@ -311,7 +311,7 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     if not job.active:
         mark = read_mark(workflow.annotations) if workflow is not None else None
         if workflow is not None and mark is not None and not _released(workflow):
-            return _detached(workflow, mark, now)
+            return _detached(job.jobid, workflow, mark, now)
         return _sweep_orphan(workflow, policy, now)
     if workflow is None or _released(workflow):
         return _without_workflow(job, workflow)
@@ -416,16 +416,25 @@ def _timeout(job: JobView, key: str, policy: Policy) -> float:
     return policy.timeout(key).default
 
 
+def container_note(jobid: int, wf: WorkflowView) -> str:
+    """The note of the workflow's failed containers, in the one form: the state they failed
+    in, their ``#DW container`` directive, DWS's reason, where their output is."""
+    outcome = wf.container
+    directive = directive_of(wf.directives, outcome.dwd_index)
+    phase = outcome.phase or wf.desired_state
+    return failure_note(phase.value, outcome.reason, jobid, directive=directive)
+
+
 def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str | None:
     """Why the workflow cannot go on (a user-facing note), or None."""
     state = wf.desired_state
     if job.phase is not JobPhase.GONE and state not in _EXPECTED[job.phase]:
-        return f"workflow {wf.name} is in {state.value} while the job is in {job.phase.value}"
+        reason = f"workflow {wf.name} is in {state.value} while the job is in {job.phase.value}"
+        return failure_note(state.value, reason, job.jobid)
     if wf.failed:
         if wf.container.state.is_failure:
-            index, reason = wf.container.dwd_index, wf.container.reason
-        else:
-            index, reason = directive_index(wf.message), wf.message or "workflow status is Error"
+            return container_note(job.jobid, wf)
+        index, reason = directive_index(wf.message), wf.message or "workflow status is Error"
         directive = directive_of(wf.directives, index)
         return failure_note(state.value, reason, job.jobid, directive=directive)
     if wf.transient and job.transient and job.transient[0] is state:
@@ -503,7 +512,10 @@ def _fail(job: JobView, note: str | None) -> list[Action]:
 
 def _fail_prolog(job: JobView, note: str | None = None) -> list[Action]:
     """End the prolog hold so the job never starts; a failed prolog always has an exception."""
-    note = note or "the job's workflow ended before the job could start"
+    if not note:
+        state = job.posted_state if job.posted_state is not State.TEARDOWN else None
+        ended = "the job's workflow ended before the job could start"
+        note = failure_note((state or State.PRERUN).value, ended, job.jobid)
     return [*_fail(job, note), FinishProlog(success=False)]
 
 
@@ -541,7 +553,7 @@ def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[A
         wf.token_secret, wf.name, wf.namespace, needs_token
     )
     if problem:
-        return _abort(job, f"{State.PRERUN.value}: {problem}", policy, now)
+        return _abort(job, failure_note(State.PRERUN.value, problem, job.jobid), policy, now)
     secret = token_secret_for(wf.name, wf.namespace) if wf.token_secret else None
     return [FinishProlog(True, wf.env, secret, token_required=needs_token)]
 
@@ -555,7 +567,8 @@ def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
             job.resources, job.proposal.needs, policy.storage_limits, policy.rabbit_scheduling
         )
     except StorageError as exc:
-        return _fail(job, f"cannot schedule the job's storage: {exc}")
+        reason = f"cannot schedule the job's storage: {exc}"
+        return _fail(job, failure_note(State.PROPOSAL.value, reason, job.jobid))
     if policy.soft_drain:  # keep off the nodes marked badrabbit (flux_dws.core.softdrain)
         update[softdrain.CONSTRAINTS_KEY] = softdrain.with_avoid(job.constraints)
     return [ReleaseDependency(update)]
@@ -569,7 +582,8 @@ def _torn_down(job: JobView) -> list[Action]:
     if job.phase is JobPhase.PROLOG:
         return _fail_prolog(job, reason)
     if job.phase in (JobPhase.DEPEND, JobPhase.SCHED):
-        return _fail(job, reason or "the job's workflow was torn down before the job could run")
+        early = "the job's workflow was torn down before the job could run"
+        return _fail(job, reason or failure_note(State.PROPOSAL.value, early, job.jobid))
     return []
 
 
@@ -635,10 +649,12 @@ def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> li
     if note is not None:
         if not combined.nodes and not combined.lustre:
             return None  # nothing to name or tolerate: the ordinary failure path decides
-        said = wf.user_message or (
-            "workflow status is Error" if wf.failed else "TransientCondition"
+        said = wf.message or ("workflow status is Error" if wf.failed else "TransientCondition")
+        directive = directive_of(wf.directives, directive_index(wf.message))
+        reason = f"{dws_reason(said)} ({note})"
+        return _abort(
+            job, failure_note(state.value, reason, job.jobid, directive=directive), policy, now
         )
-        return _abort(job, f"{state.value} failed: {said} ({note})", policy, now)
     keep = tuple(h for h in job.hosts if h not in everyone)
     actions: list[Action] = []
     if fresh:
@@ -655,14 +671,13 @@ def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> li
             "causes": causes,
         }
         actions.append(PostEvent("dws-tolerated", context))
-        actions.append(
-            RaiseException(
-                f"{state.value} failed on {', '.join(fresh)} ({why}); going on without "
-                f"{'it' if len(fresh) == 1 else 'them'} (dw_failure_tolerance={allowed}, "
-                f"{len(everyone)} used)",
-                severity=1,
-            )
+        going_on = (
+            f"going on without {'it' if len(fresh) == 1 else 'them'} "
+            f"(dw_failure_tolerance={allowed}, {len(everyone)} used)"
         )
+        reason = f"on {', '.join(fresh)} ({why})"
+        note = failure_note(state.value, reason, job.jobid, step=going_on)
+        actions.append(RaiseException(note, severity=1))
     actions.append(ForceReady(keep))
     return actions
 
@@ -678,28 +693,37 @@ def _drain_fenced(job: JobView, wf: WorkflowView) -> list[DrainNodes]:
 
 
 def _teardown_stuck(job: JobView, wf: WorkflowView, now: float) -> str | None:
+    """Why Teardown cannot end well (the one form, no next step: nothing is left for the user
+    to do), or None."""
     if wf.failed:
-        return f"Teardown failed: {wf.user_message or 'workflow status is Error'}"
-    if job.posted_state is State.TEARDOWN and job.deadline is not None and now >= job.deadline:
-        return f"Teardown did not complete by its deadline: {wf.user_message or 'no message'}"
-    return None
+        reason = wf.message or "workflow status is Error"
+    elif job.posted_state is State.TEARDOWN and job.deadline is not None and now >= job.deadline:
+        reason = f"did not complete by its deadline: {dws_reason(wf.message) or 'no message'}"
+    else:
+        return None
+    directive = directive_of(wf.directives, directive_index(wf.message))
+    return failure_note(State.TEARDOWN.value, reason, job.jobid, directive=directive, step="")
 
 
 def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
     """No workflow (never created, deleted by us, or vanished): create one or let go."""
     if job.request_error or job.request is None:
-        return _release(job, f"invalid DWS request: {job.request_error or 'no #DW directives'}")
+        reason = f"invalid DWS request: {job.request_error or 'no #DW directives'}"
+        step = "correct the job's #DW directives and submit it again"
+        return _release(job, failure_note(State.PROPOSAL.value, reason, job.jobid, step=step))
     if not job.workflow_created:
         if job.phase is JobPhase.DEPEND and job.exception is None:
             return [CreateWorkflow(job.request.lines, job.userid, job.groupid)]
         if job.phase in (JobPhase.DEPEND, JobPhase.EPILOG) or job.exception is not None:
             return _release(job, None)
-        return _release(job, "no workflow was ever created for this job")
+        never = "no workflow was ever created for this job"
+        return _release(job, failure_note(State.PROPOSAL.value, never, job.jobid))
     if job.posted_state is State.TEARDOWN or _fatal(job):
         return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
-    where = job.posted_state.value if job.posted_state else "Proposal"
+    where = job.posted_state or State.PROPOSAL
     name = wf.name if wf is not None else "the job's workflow"
-    return _release(job, f"{name} was deleted outside flux-dws while in {where}")
+    reason = f"{name} was deleted outside flux-dws while in {where.value}"
+    return _release(job, failure_note(where.value, reason, job.jobid))
 
 
 def _release(job: JobView, note: str | None) -> list[Action]:
@@ -740,16 +764,14 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
         events.append(PostEvent("dws-transient", {"state": state.value, "since": None}))
     outcome = wf.container
     if outcome.state in _TERMINAL_CONTAINER and job.container_recorded is not outcome.state:
-        events.append(
-            SaveOutput(
-                {
-                    "state": outcome.state.value,
-                    "phase": outcome.phase.value if outcome.phase else None,
-                    "reason": outcome.reason,
-                    "detail": outcome.detail,
-                }
-            )
-        )
+        event: dict[str, Any] = {
+            "state": outcome.state.value,
+            "phase": outcome.phase.value if outcome.phase else None,
+        }
+        if outcome.state.is_failure:  # the one form first; DWS's own words after it
+            event["note"] = container_note(job.jobid, wf)
+        event.update(reason=outcome.reason, detail=outcome.detail)
+        events.append(SaveOutput(event))
     return events
 
 
@@ -828,8 +850,9 @@ def _early_release(
     }
     if late:
         timeout = format_fsd(_timeout(job, State.POSTRUN.key, policy))
-        on = f"; still mounted on {', '.join(stuck)}" if stuck else ""
-        context["reason"] = f"{State.POSTRUN.value} did not complete within {timeout}{on}"
+        on = f": still mounted on {', '.join(stuck)}" if stuck else ""
+        late_by = f"did not complete within {timeout}{on}"
+        context["reason"] = failure_note(State.POSTRUN.value, late_by, job.jobid)
     event = PostEvent("dws-release", context, wait=True)
     return [event, *_release_nodes(job, wf, context, policy, now)]
 
@@ -868,7 +891,7 @@ def _release_nodes(
     return [*actions, FinishEpilog()]
 
 
-def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
+def _detached(jobid: int, wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
     """A released job's workflow, finished without the job: DataOut, its outcome saved in
     the job's KVS, Teardown, its outcome saved, the ssd parts given back, then delete.
 
@@ -887,7 +910,7 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
         if wf.complete:
             ending: list[Action] = [RecordRelease(state.value, {"status": "done", "at": done_at})]
         else:
-            stuck = _overdue(wf, since, mark.teardown, now)
+            stuck = _overdue(jobid, wf, since, mark.teardown, now)
             if not stuck:
                 return held + _wake(since, mark.teardown, now)
             outcome = {"status": "failed", "message": stuck, "at": now}
@@ -900,10 +923,17 @@ def _detached(wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
         if wf.complete:
             done = {"status": "done", "copies": copies, "at": done_at}
             return [*held, RecordRelease(state.value, done), SetDesiredState(State.TEARDOWN)]
-        stuck = _overdue(wf, since, mark.dataout, now)
+        stuck = _overdue(jobid, wf, since, mark.dataout, now)
         if not stuck:
             return held + _wake(since, mark.dataout, now)
-        outcome = {"status": "failed", "message": stuck, "copies": copies, "at": now}
+        # the job's real result: Flux's is fixed (the job is inactive, no memo can be set)
+        outcome = {
+            "status": "failed",
+            "message": stuck,
+            "copies": copies,
+            "at": now,
+            "result": "FAILED",
+        }
         teardown = SetDesiredState(State.TEARDOWN, hurry=True)
         return [*held, RecordRelease(state.value, outcome), teardown]
     if state is State.POSTRUN and wf.complete and not mark.problem:
@@ -915,14 +945,17 @@ def _copies(wf: WorkflowView) -> list[int]:
     return list(pending_copies(wf.directives, State.DATAOUT, None))
 
 
-def _overdue(wf: WorkflowView, since: float | None, limit: float, now: float) -> str:
-    """Why the state cannot end well (failed, or past its deadline), or ""."""
-    state = wf.desired_state.value
+def _overdue(jobid: int, wf: WorkflowView, since: float | None, limit: float, now: float) -> str:
+    """Why the state cannot end well (failed, or past its deadline) in the one form, or ""."""
     if wf.failed:
-        return f"{state} failed: {wf.user_message or 'workflow status is Error'}"
-    if since is not None and not math.isinf(limit) and now >= since + limit:
-        return f"{state} did not complete within {format_fsd(limit)}"
-    return ""
+        reason = wf.message or "workflow status is Error"
+    elif since is not None and not math.isinf(limit) and now >= since + limit:
+        reason = f"did not complete within {format_fsd(limit)}"
+    else:
+        return ""
+    directive = directive_of(wf.directives, directive_index(wf.message))
+    step = "" if wf.desired_state is State.TEARDOWN else None  # nothing left for the user
+    return failure_note(wf.desired_state.value, reason, jobid, directive=directive, step=step)
 
 
 def _wake(since: float | None, limit: float, now: float) -> list[Action]:

@@ -6,7 +6,12 @@ to do next>]``: the state that failed, the ``#DW`` directive it was about when D
 (its ``DW Directive N:`` prefix, or the container directive), DWS's reason without its
 ``<Type> error:`` prefix (``status.message`` writes ``Internal error: ...``, a driver's error
 ``internal error: ...``; the same failure came out both ways), and a next step where the
-reason says enough to suggest one.
+reason (or the directive) says enough to suggest one.
+
+Not only exception notes: a failed container's note (``dws-container``, ``flux dws status``,
+``flux dws logs``), Teardown's failure, and the outcome saved for a job whose nodes went back
+before its DataOut failed all take this form; DWS's own words may follow, labelled.  The
+plugin's service-wait notes (jobtap/holds.c) are written in it by hand.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ _NAME = re.compile(r"\bname=(\S+)")
 #: How much of a directive a note quotes.
 DIRECTIVE_LIMIT = 160
 
-#: (pattern over the reason, next step); ``{job}`` is the job's f58 ID.  First match wins.
+#: (pattern over the reason, else over the directive, next step); ``{job}`` is the job's f58
+#: ID.  First match wins.
 _NEXT: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), step)
     for pattern, step in (
@@ -35,7 +41,7 @@ _NEXT: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"insufficient capacity", "free capacity: flux dws rabbits; ask for less or retry"),
         (
             r"user id does not match existing persistent storage|is not shared with you",
-            "its owner can share it: flux dws persistent share NAME",
+            "the instance owner can share it: flux dws persistent share NAME",
         ),
         (
             r"persistent ?storage ?instance '[^']*' not found|persistent storage .* not found",
@@ -43,6 +49,7 @@ _NEXT: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         ),
         (r"is deleting|is being destroyed", "it is being destroyed: use other storage"),
         (r"copy_(in|out)", "check the paths; flux dws status {job}"),
+        (r"^#DW container\b", "the containers' output: flux dws logs {job}"),
     )
 )
 DEFAULT_NEXT = "flux dws status {job}"
@@ -60,11 +67,12 @@ def directive_index(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def next_step(reason: str, jobid: int) -> str:
-    """What the user can do next, from the reason's words."""
-    for pattern, step in _NEXT:
-        if pattern.search(reason):
-            return step.format(job=f58(jobid))
+def next_step(reason: str, jobid: int, directive: str = "") -> str:
+    """What the user can do next, from the reason's words, else the directive's."""
+    for text in (reason, directive):
+        for pattern, step in _NEXT:
+            if pattern.search(text):
+                return step.format(job=f58(jobid))
     return DEFAULT_NEXT.format(job=f58(jobid))
 
 
@@ -80,7 +88,7 @@ def failure_note(
     reason = dws_reason(reason) or "no reason given"
     directive = untrusted.text(" ".join(str(directive).split()), DIRECTIVE_LIMIT)
     where = f"{directive}: " if directive else ""
-    then = next_step(reason, jobid) if step is None else step
+    then = next_step(reason, jobid, directive) if step is None else step
     named = _NAME.search(directive)
     then = then.replace("NAME", named.group(1)) if named else then
     return f"{state} failed: {where}{reason}" + (f"; {then}" if then else "")

@@ -33,6 +33,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.frozen import FrozenMap
+from flux_dws.core.copies import UNKNOWN, CopyRecord, copy_note
 from flux_dws.core.identity import FINALIZER, GROUP
 
 #: The workflow annotation that says its job's nodes went back early, and what is still held.
@@ -152,6 +153,17 @@ class RecordRelease:
         object.__setattr__(self, "outcome", FrozenMap(dict(self.outcome)))
 
 
+def failed_reason(outcome: Mapping[str, Any], records: Sequence[CopyRecord], jobid: int) -> str:
+    """Why a released job failed after its nodes went back (its DataOut failed), in the one
+    form: the first failed copy's note, which names the directive and the file, else the
+    state's own note.  The job is inactive by then and Flux's ``result`` stays COMPLETED:
+    this is the ``reason`` saved beside ``result`` FAILED, which ``flux dws status`` shows."""
+    failed = next((r for r in records if r.failed and r.status != UNKNOWN), None)
+    if failed is not None:
+        return copy_note(failed, jobid)
+    return untrusted.field(outcome.get("message"))
+
+
 def held_parts(workflows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     """Every ssd path a released workflow still holds down, from the workflow objects as
     listed (one that flux-dws cannot otherwise read included): what a (re)started service
@@ -216,6 +228,7 @@ __all__ = [
     "PoolMarks",
     "RecordRelease",
     "ReleaseMark",
+    "failed_reason",
     "ReturnStorage",
     "held_parts",
     "read_mark",

@@ -24,7 +24,6 @@ from flux_dws.core.health import Failures, mount_failures, setup_failures, unmou
 from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.lifecycle import ProposalInfo
-from flux_dws.core.messages import failure_note
 from flux_dws.core.persistent import persistent_names
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
@@ -47,7 +46,7 @@ def create_workflow(
             if isinstance(gid, int):
                 done(HALT)  # decide again with it
             else:
-                x.fail_job(tracked, f"cannot set the workflow's groupID: {gid}", done)
+                x.fail_job(tracked, f"cannot set the workflow's groupID: {gid}", done, step="")
 
         x.look_up_group(action.userid, found)
         return
@@ -62,8 +61,7 @@ def create_workflow(
     refused = persistent.refusal(action.directives, action.userid) if persistent else None
     if refused is not None:
         directive, why = refused
-        note = failure_note("Proposal", why, jobid, directive=directive, step="")
-        x.fail_job(tracked, note, done)
+        x.fail_job(tracked, why, done, state=State.PROPOSAL, directive=directive, step="")
         return
 
     def settle(obj: dict[str, Any] | None, exc: BaseException | None) -> None:
@@ -136,7 +134,7 @@ def set_desired_state(
             tracked.workflow = wf
         if isinstance(exc, StorageError):
             note = f"cannot place the job's storage: {exc}"
-            x.fail_job(tracked, note, x.retry_on_error(tracked))
+            x.fail_job(tracked, note, x.retry_on_error(tracked), state=action.state)
             return
         x.patch_failed(tracked, name, f"asking for {action.state.value}", exc)
 
@@ -228,7 +226,7 @@ def finish_prolog(
     def send(token: str | None) -> str | None:
         problem = token_value_problem(token, action.token_secret or ("?", "?"))
         if problem and (action.token_required or token):
-            x.fail_job(tracked, f"PreRun: {problem}", done)
+            x.fail_job(tracked, problem, done, state=State.PRERUN)
             return None
         if token:
             env[TOKEN_VARIABLE] = token

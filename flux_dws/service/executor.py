@@ -21,7 +21,9 @@ from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.core import lifecycle as lc
+from flux_dws.core.messages import failure_note
 from flux_dws.core.policy import Policy
+from flux_dws.core.states import State
 from flux_dws.core.storage import ComputeLayout, StorageError, compute_layout
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
@@ -200,9 +202,22 @@ class ActionExecutor:
 
     # ------------------------------------------------------------------ the job
 
-    def fail_job(self, tracked: Tracked, note: str, done: Done) -> None:
-        """A definitive failure found while acting: the job gets it as its exception, and
-        the rest of the chain is dropped (the next decision sees the exception)."""
+    def fail_job(
+        self,
+        tracked: Tracked,
+        reason: str,
+        done: Done,
+        *,
+        state: State | None = None,
+        directive: str = "",
+        step: str | None = None,
+    ) -> None:
+        """A definitive failure found while acting: the job gets it as its exception, in the
+        one form (flux_dws.core.messages: ``state``, else the state the workflow is in, then
+        ``directive`` and ``reason``), and the rest of the chain is dropped (the next decision
+        sees the exception)."""
+        state = state or (tracked.workflow.desired_state if tracked.workflow else State.PROPOSAL)
+        note = failure_note(state.value, reason, tracked.jobid, directive=directive, step=step)
         log.error("job %s: %s", f58(tracked.jobid), untrusted.text(note, None))
 
         def raised(error: str | Halt | None) -> None:

@@ -36,15 +36,15 @@ class FailureRules:
     def give_up(
         self, tracked: Tracked, what: str, exc: BaseException, failing_for: float
     ) -> str | None:
-        """The job's exception note when a call failing for ``failing_for`` seconds should
-        fail the job, else None (retry).  A job already failed keeps retrying, with backoff:
-        its workflow must still go."""
+        """Why the job fails (its exception's reason) when a call failing for
+        ``failing_for`` seconds should fail it, else None (retry).  A job already failed
+        keeps retrying, with backoff: its workflow must still go."""
         record = tracked.record
         if record is None or record.get("exception"):
             return None  # nothing left to fail: keep retrying (with backoff)
         text = error_text(exc)
         if is_permanent(exc):
-            return f"{what} failed: {text}"
+            return f"{what}: {text}"
         limit = self.state_timeout(tracked)
         if failing_for >= limit:
             return f"{what} kept failing for {format_fsd(limit)}: {text}"

@@ -22,7 +22,7 @@ from typing import Any
 
 from flux_dws.base.jobid import f58
 from flux_dws.core import lifecycle as lc
-from flux_dws.core.copies import EVENT, UNKNOWN, copy_records, failure_note, summary
+from flux_dws.core.copies import EVENT, UNKNOWN, copy_error, copy_records, summary
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s.records import collect_output, data_movements_or_why
@@ -77,7 +77,8 @@ def record_copies(
         # Unknown (nothing found) fails nothing: the workflow's own message says more.
         failed = next((r for r in records if r.failed and r.status != UNKNOWN), None)
         if failed is not None and not (tracked.record or {}).get("exception"):
-            x.fail_job(tracked, failure_note(failed), done)
+            reason = copy_error(failed)
+            x.fail_job(tracked, reason, done, state=failed.state, directive=failed.directive)
         else:
             done(None)
 

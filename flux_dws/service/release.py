@@ -24,6 +24,7 @@ from flux_dws.core.release import (
     MarkReleased,
     RecordRelease,
     ReturnStorage,
+    failed_reason,
 )
 from flux_dws.core.states import State
 from flux_dws.flux.transport import RpcError
@@ -120,13 +121,14 @@ def record_release(
         if action.state == State.DATAOUT.value:
             records = copy_records(State.DATAOUT, wf.directives, objects, problem=problem)
             value["copies"] = [r.to_event() for r in records]
+            if value.get("result") == "FAILED":
+                value["reason"] = failed_reason(action.outcome, records, jobid)
+        said = value.get("reason") or action.outcome.get("message")  # "<State> failed: ..."
         log.info(
-            "job %s workflow %s (released early): %s %s%s",
+            "job %s workflow %s (released early): %s",
             f58(jobid),
             wf.name,
-            action.state,
-            action.outcome.get("status"),
-            f": {action.outcome['message']}" if action.outcome.get("message") else "",
+            said or f"{action.state} {action.outcome.get('status')}",
         )
 
         def stored(_response: Any, error: RpcError | None) -> None:

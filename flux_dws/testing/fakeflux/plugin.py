@@ -23,7 +23,9 @@ from typing import Any, Callable, Protocol
 from flux_dws.base.fsd import format_fsd
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop, Timer
+from flux_dws.core.messages import failure_note
 from flux_dws.core.persistent import NAME_MARK
+from flux_dws.core.states import State
 from flux_dws.flux.transport import RpcError
 from flux_dws.testing.fakeflux.checks import (
     DW_KEY,
@@ -40,6 +42,8 @@ log = logging.getLogger("flux-dws.testing.fakeflux.plugin")
 NAME = "dws"
 EVENT_PREFIX = "dws-"
 WAITING_REASON = "flux-dws service is not running"
+#: The next step of a service-wait note (jobtap/dws-jobtap.h SERVICE_WAIT_STEP).
+SERVICE_WAIT_STEP = "submit the job again once the service is back"
 #: What ``save`` may write: keys under the job directory's ``dws`` subtree, bounded values.
 SAVE_KEY = re.compile(r"^dws(\.[A-Za-z0-9_-]+)+$")
 SAVE_KEY_MAX = 128
@@ -259,7 +263,8 @@ class DwsPlugin:
         if job is None or job.state != "DEPEND" or self._service_connected():
             return
         wait = format_fsd(self.jm.service_wait)
-        note = f"{WAITING_REASON} after waiting {wait} ([dws] service-wait): storage not set up"
+        why = f"{WAITING_REASON} after waiting {wait} ([dws] service-wait): storage not set up"
+        note = failure_note(State.PROPOSAL.value, why, jobid, step=SERVICE_WAIT_STEP)
         log.warning("dws: job %s: %s; raising a dws exception", job_text(jobid), note)
         self.jm.raise_exception_on(job, NAME, 0, note, self.jm.owner_uid)
 
