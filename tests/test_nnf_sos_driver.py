@@ -14,9 +14,8 @@ these tests skip with one line (realdws.nnf_sos_problem); the first tests need n
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from waiting import wait_for
 
 from flux_dws.core.identity import workflow_name
 from flux_dws.core.states import State
@@ -77,16 +76,6 @@ def states_entered(info) -> list[str]:
     return [e["context"]["state"] for e in info.events("dws-state")]
 
 
-def wait_for(what: str, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise TimeoutError(f"no {what} within {timeout:g}s")
-
-
 def get(stack, plural: str, name: str, namespace: str = "default") -> dict | None:
     try:
         return stack.api.store.get(plural, namespace, name)
@@ -100,7 +89,7 @@ def assert_clean(stack, info) -> None:
     assert not stack.left_behind(info.id)
     name = f"{workflow_name(stack.identity, info.id)}-0"
     for plural in NNF_KINDS:
-        wait_for(f"{plural} {name} to go", lambda p=plural: get(stack, p, name) is None)
+        wait_for(lambda p=plural: get(stack, p, name) is None, f"{plural} {name} to go", 60)
     mounts, _ = stack.api.store.list("clientmounts", None)
     assert [m["metadata"]["name"] for m in mounts if name in m["metadata"]["name"]] == []
 
@@ -131,7 +120,7 @@ def test_an_xfs_job_runs_its_whole_lifecycle_on_nnf_sos(stack):
     stack.wait_event(jobid, "start", timeout=120)  # PreRun done: the job's tasks run
     uid = stack.api.store.get("workflows", stack.policy.namespace, name)["metadata"]["uid"]
     # Proposal: nnf-sos's DirectiveBreakdown asks for xfs on each compute's rabbit
-    breakdown = wait_for("breakdown", lambda: get(stack, "directivebreakdowns", f"{name}-0"))
+    breakdown = wait_for(lambda: get(stack, "directivebreakdowns", f"{name}-0"), "breakdown", 60)
     storage = breakdown["status"]["storage"]
     assert storage["lifetime"] == "job"
     [aset] = storage["allocationSets"]
@@ -172,7 +161,9 @@ def test_persistent_storage_is_made_used_and_destroyed_by_nnf_sos(stack):
     )
     assert (made.result, made.exception) == ("COMPLETED", None), made.exception
     psi = wait_for(
-        "the PersistentStorageInstance", lambda: get(stack, "persistentstorageinstances", "keep")
+        lambda: get(stack, "persistentstorageinstances", "keep"),
+        "the PersistentStorageInstance",
+        60,
     )
     assert psi["spec"]["fsType"] == "xfs" and psi["status"]["state"] == "Active"
     assert get(stack, "nnfstorages", "keep") is not None  # nnf-sos's storage outlives the job
@@ -184,5 +175,5 @@ def test_persistent_storage_is_made_used_and_destroyed_by_nnf_sos(stack):
     assert env["DW_PERSISTENT_"] == env["DW_PERSISTENT_keep"]
     gone = stack.wait(stack.submit("#DW destroy_persistent name=keep"), timeout=120)
     assert (gone.result, gone.exception) == ("COMPLETED", None), gone.exception
-    wait_for("keep to go", lambda: get(stack, "persistentstorageinstances", "keep") is None)
-    wait_for("its NnfStorage to go", lambda: get(stack, "nnfstorages", "keep") is None)
+    wait_for(lambda: get(stack, "persistentstorageinstances", "keep") is None, "keep to go", 60)
+    wait_for(lambda: get(stack, "nnfstorages", "keep") is None, "its NnfStorage to go", 60)
