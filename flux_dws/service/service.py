@@ -372,8 +372,11 @@ class Service:
             return
         self._act(tracked, job, lc.decide(job, tracked.workflow, self.policy, now))
 
-    def _act(self, tracked: Tracked, job: lc.JobView, actions: list[Any]) -> None:
-        """Set the job's timer from the decision's WakeAt and run the rest as one chain."""
+    def _act(
+        self, tracked: Tracked, job: lc.JobView, actions: list[Any], *, window: bool = True
+    ) -> None:
+        """Set the job's timer from the decision's WakeAt and run the rest as one chain;
+        ``window``: keep the Proposal window up to date first (a held job keeps no slot)."""
         if tracked.timer:
             tracked.timer.cancel()
             tracked.timer = None
@@ -381,7 +384,7 @@ class Service:
         if wakes:
             tracked.timer = self.loop.call_at(wakes[0].time, self._kick, tracked.jobid)
         chain = [a for a in actions if not isinstance(a, lc.WakeAt)]
-        if not self._in_window(tracked, job, chain):
+        if window and not self._in_window(tracked, job, chain):
             return
         if chain:
             seen = Seen(job, tracked.workflow, tracked.raw, tracked.observed)
@@ -428,7 +431,7 @@ class Service:
                 if ending
                 else "failing the job and asking for Teardown",
             )
-        self._act(tracked, job, actions)
+        self._act(tracked, job, actions, window=False)
 
     def _forget(self, tracked: Tracked) -> None:
         if tracked.timer:
