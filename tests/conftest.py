@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _needs_real_flux(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("stack_backend") if callspec is not None else None
-    return backend == "flux" or item.get_closest_marker("realflux") is not None
+    return backend in ("flux", "realdws-flux") or item.get_closest_marker("realflux") is not None
 
 
 @pytest.fixture
@@ -151,25 +151,56 @@ FLUXION_RABBITS = {
 }
 
 
-@pytest.fixture(scope="module", params=["fakeflux", "fakeflux-process", "flux", "fluxion"])
+#: The job-managers every scenario module's ``stack`` runs on.
+STACK_BACKENDS = ("fakeflux", "fakeflux-process", "flux", "fluxion")
+#: The real DWS (flux_dws.testing.realdws), with fakeflux and under real Flux, by the name of
+#: its realdws.BACKENDS parameter: a module that sets ``ON_REAL_DWS = True`` runs on them too.
+REAL_DWS_BACKENDS = {"realdws": "real", "realdws-flux": "real-flux"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``stack_backend``'s parameters: STACK_BACKENDS, and REAL_DWS_BACKENDS where asked."""
+    if "stack_backend" not in metafunc.fixturenames:
+        return
+    backends = list(STACK_BACKENDS)
+    if getattr(metafunc.module, "ON_REAL_DWS", False):
+        backends += list(REAL_DWS_BACKENDS)
+    metafunc.parametrize("stack_backend", backends, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
 def stack_backend(request):
     """fakeflux with the service in this process; fakeflux with the service in a process of
     its own (over a Unix socket, as under Flux); a real Flux instance where flux-core is; and
     one whose R holds rabbits, scheduled by Fluxion with ``rabbit-scheduling``, where Fluxion
-    is installed too."""
-    missing = {"flux": _real_flux_missing, "fluxion": _fluxion_missing}.get(request.param)
-    if missing and missing():
-        pytest.skip(missing())
+    is installed too; in an ON_REAL_DWS module, the real DWS manager and test driver (with
+    dwssim as the NNF driver) with fakeflux and with real Flux, where they are built."""
+    if request.param in REAL_DWS_BACKENDS:
+        from flux_dws.testing.realdws import backend_problem
+
+        problem = backend_problem(REAL_DWS_BACKENDS[request.param])
+    else:
+        missing = {"flux": _real_flux_missing, "fluxion": _fluxion_missing}.get(request.param)
+        problem = missing() if missing else None
+    if problem:
+        pytest.skip(problem)
     return request.param
 
 
 @pytest.fixture(scope="module")
 def _real_stack(stack_backend):
-    """One real Flux instance per module (starting one costs seconds)."""
+    """One real Flux instance (or real DWS) per module: starting one costs seconds."""
+    from flux_dws.testing.stack import Stack
+
+    if stack_backend in REAL_DWS_BACKENDS:
+        from flux_dws.testing.realdws import backend_options
+
+        with Stack(hosts=4, **backend_options(REAL_DWS_BACKENDS[stack_backend])) as running:
+            yield running
+        return
     if stack_backend not in ("flux", "fluxion"):
         yield None
         return
-    from flux_dws.testing.stack import Stack
 
     if stack_backend == "fluxion":
         config = {"heartbeat": "2s", "rabbit-scheduling": True}

@@ -374,6 +374,55 @@ def test_finalizers_keep_a_deleted_object_until_they_are_gone(co):
     assert failure(lambda: co.get_namespaced_custom_object(G, V, NS, "computes", "f1"))[0] == 404
 
 
+def test_an_owner_gone_for_good_takes_the_objects_it_alone_owns(co):
+    """The garbage collector's background propagation, as after DWS's Workflow goes: its
+    Computes (ownerReference, controller) go too; an object with an owner left stays; an
+    owner held by a finalizer keeps them; a dependent with a finalizer is only marked."""
+
+    def owned(name: str, owners: list, finalizers=None) -> dict:
+        obj = computes(name, finalizers=finalizers)
+        obj["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": f"{G}/{V}",
+                "kind": "Workflow",
+                "name": o["metadata"]["name"],
+                "uid": o["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+            for o in owners
+        ]
+        return co.create_namespaced_custom_object(G, V, NS, "computes", obj)
+
+    wf = co.create_namespaced_custom_object(G, V, NS, "workflows", workflow("gc-1"))
+    other = co.create_namespaced_custom_object(G, V, NS, "workflows", workflow("gc-2"))
+    held = co.create_namespaced_custom_object(
+        G,
+        V,
+        NS,
+        "workflows",
+        workflow("gc-3") | {"metadata": {"name": "gc-3", "finalizers": [FINALIZER]}},
+    )
+    owned("alone", [wf])
+    owned("shared", [wf, other])
+    owned("finalized", [wf], finalizers=[FINALIZER])
+    owned("of-held", [held])
+    owned("unrelated", [])
+    co.delete_namespaced_custom_object(G, V, NS, "workflows", "gc-1")
+    co.delete_namespaced_custom_object(G, V, NS, "workflows", "gc-3")
+
+    def left() -> dict:
+        items = co.list_namespaced_custom_object(G, V, NS, "computes")["items"]
+        return {o["metadata"]["name"]: bool(o["metadata"].get("deletionTimestamp")) for o in items}
+
+    assert left() == {"finalized": True, "of-held": False, "shared": False, "unrelated": False}
+    co.delete_namespaced_custom_object(G, V, NS, "workflows", "gc-2")
+    co.patch_namespaced_custom_object(
+        G, V, NS, "workflows", "gc-3", {"metadata": {"finalizers": None}}
+    )
+    assert left() == {"finalized": True, "unrelated": False}
+
+
 def test_delete_preconditions(co):
     created = co.create_namespaced_custom_object(G, V, NS, "computes", computes("p1"))
     status, body, _ = failure(

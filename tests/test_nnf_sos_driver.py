@@ -21,7 +21,7 @@ from flux_dws.core.identity import workflow_name
 from flux_dws.core.states import State
 from flux_dws.testing.dwssim.computemounts import FINALIZER, next_step
 from flux_dws.testing.kubeapi import ApiError
-from flux_dws.testing.realdws import nnf_sos_problem
+from flux_dws.testing.realdws import lustre_problem, nnf_sos_problem
 from flux_dws.testing.stack import Stack
 
 RABBIT = "rabbit-0"
@@ -177,3 +177,61 @@ def test_persistent_storage_is_made_used_and_destroyed_by_nnf_sos(stack):
     assert (gone.result, gone.exception) == ("COMPLETED", None), gone.exception
     wait_for(lambda: get(stack, "persistentstorageinstances", "keep") is None, "keep to go", 60)
     wait_for(lambda: get(stack, "nnfstorages", "keep") is None, "its NnfStorage to go", 60)
+
+
+# ---- data movement: nnf-sos's NnfDataMovements, finished by dwssim playing nnf-dm ----------
+
+
+def lustre(stack) -> None:
+    """A global Lustre file system mounted at /lus, as a site's admin describes it; nnf-sos
+    refuses a copy_in/copy_out path outside every one (findLustreFileSystemForPath)."""
+    if lustre_problem():
+        pytest.skip(lustre_problem())
+    if get(stack, "lustrefilesystems", "lus") is None:
+        spec = {"name": "lus", "mgsNids": "10.0.0.1@tcp", "mountRoot": "/lus"}
+        stack.api.store.create(
+            "lustrefilesystems",
+            "default",
+            {
+                "apiVersion": "lus.cray.hpe.com/v1beta1",
+                "kind": "LustreFileSystem",
+                "metadata": {"name": "lus", "namespace": "default"},
+                "spec": spec,
+            },
+        )
+
+
+COPY_IN = "#DW copy_in source=/lus/in destination=$DW_JOB_scratch/in"
+COPY_OUT = "#DW copy_out source=$DW_JOB_scratch/out destination=/lus/out"
+
+
+def test_copy_in_and_out_run_through_nnf_sos_data_movements(stack):
+    lustre(stack)
+    info = stack.wait(stack.submit([JOBDW, COPY_IN, COPY_OUT], runtime=0.05), timeout=120)
+    assert (info.result, info.exception) == ("COMPLETED", None), info.exception
+    assert states_entered(info) == [s.value for s in State]
+    assert_clean(stack, info)
+
+
+def test_a_copy_in_that_fails_fails_the_job_in_datain_with_nnf_sos_message(stack):
+    lustre(stack)
+    copy = "#DW copy_in source=/lus/missing/in destination=$DW_JOB_scratch/in"
+    info = stack.wait(stack.submit([JOBDW, copy], runtime=0.05), timeout=120)
+    assert info.result == "FAILED" and "start" not in names(info)
+    note = info.exception["note"]
+    assert note.startswith("DataIn failed: "), note
+    assert "Failed to open /lus/missing/in" in note, note
+    assert states_entered(info)[-1] == "Teardown"
+    assert_clean(stack, info)
+
+
+def test_a_copy_from_outside_every_lustre_fails_in_proposal(stack):
+    """nnf-sos checks a global path in Proposal (nnf_workflow_controller_helpers.go)."""
+    lustre(stack)
+    copy = "#DW copy_in source=/elsewhere/in destination=$DW_JOB_scratch/in"
+    info = stack.wait(stack.submit([JOBDW, copy], runtime=0.05), timeout=120)
+    assert info.result == "FAILED" and "start" not in names(info)
+    note = info.exception["note"]
+    assert note.startswith("Proposal failed: "), note
+    assert "global Lustre file system containing '/elsewhere/in' not found" in note, note
+    assert_clean(stack, info)

@@ -26,6 +26,11 @@ NNF_SOS_ENV = "FLUX_DWS_NNF_SOS"
 DEFAULT_NNF_SOS = "/opt/dws/bin/nnf-sos-manager"
 CRDS_ENV = "FLUX_DWS_CRDS"  # colon-separated directories of CRD manifests
 DEFAULT_CRDS = ("/opt/dws/config/dws/crd/bases", "/opt/dws/config/nnf-sos/crd/bases")
+#: LustreFileSystem's CRD (lustre-fs-operator, which nnf-sos vendors): served where found
+#: among the CRD directories, such as this default; nnf-sos looks up copy_in/copy_out's global
+#: paths in those objects (nnf_workflow_controller_helpers.go, findLustreFileSystemForPath).
+DEFAULT_LUSTRE_CRDS = "/opt/dws/config/lustre-fs-operator/crd/bases"
+LUSTRE_CRD = "lus.cray.hpe.com_lustrefilesystems.yaml"
 READY_TIMEOUT = 30.0  # seconds for a manager to sync its informers and start its workers
 STOP_TIMEOUT = 10.0
 
@@ -205,8 +210,35 @@ class NnfSos:
 def crd_dirs() -> list[str]:
     """Where the built DWS and nnf-sos keep their CRD manifests (config/crd/bases), if there."""
     listed = os.environ.get(CRDS_ENV)
-    paths = listed.split(":") if listed else list(DEFAULT_CRDS)
+    paths = listed.split(":") if listed else [*DEFAULT_CRDS, DEFAULT_LUSTRE_CRDS]
     return [p for p in paths if os.path.isdir(p)]
+
+
+def lustre_problem() -> str | None:
+    """Why nnf-sos's data movement cannot run here (one line), or None: it needs nnf-sos and
+    LustreFileSystem's CRD (lustre-fs-operator's config/crd/bases, vendored by nnf-sos)."""
+    if nnf_sos_problem():
+        return nnf_sos_problem()
+    if not any(os.path.isfile(os.path.join(d, LUSTRE_CRD)) for d in crd_dirs()):
+        where = f"{DEFAULT_LUSTRE_CRDS} (or {CRDS_ENV})"
+        return f"nnf-sos data movement skipped: no {LUSTRE_CRD} in {where}"
+    return None
+
+
+def data_movement_manager() -> dict[str, Any]:
+    """What nnf-dm's deployment makes and nnf-sos reads before it starts a copy (its
+    NnfDataMovementManager, nnf-dm-system/nnf-dm-manager-controller-manager)."""
+    return {
+        "apiVersion": "nnf.cray.hpe.com/v1alpha11",
+        "kind": "NnfDataMovementManager",
+        "metadata": {"name": "nnf-dm-manager-controller-manager", "namespace": "nnf-dm-system"},
+        "spec": {
+            "selector": {},
+            "template": {"spec": {"containers": []}},
+            "hostPath": "/mnt/nnf",
+            "mountPath": "/mnt/nnf",
+        },
+    }
 
 
 #: The test parameters a scenario runs on: dwssim, the real DWS (both with fakeflux), and

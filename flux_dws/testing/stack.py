@@ -88,6 +88,7 @@ class Stack:
         self.nnf = nnf
         self.nnf_sos: Any = None
         self.compute_mounts: Any = None  # dwssim's clientmountd on the computes (nnf="sos")
+        self.data_mover: Any = None  # dwssim's nnf-dm (nnf="sos")
         self._serving: Any = None  # the CRD kinds served while this stack runs (nnf="sos")
         if webhook not in ("port", "real"):
             raise ValueError(f"webhook must be 'port' or 'real', not {webhook!r}")
@@ -207,7 +208,13 @@ class Stack:
         """nnf-sos beside the real DWS: what a deployment has before it (the rabbits' k8s
         Nodes, Ready; its profiles), then its storage controller and a node controller per
         rabbit, on mock hardware."""
-        from flux_dws.testing.realdws import NnfSos, install_nnf_profiles, nnf_node_pod
+        from flux_dws.testing.dwssim.datamovement import DataMover
+        from flux_dws.testing.realdws import (
+            NnfSos,
+            data_movement_manager,
+            install_nnf_profiles,
+            nnf_node_pod,
+        )
 
         assert self.api is not None and self.rabbits is not None
         for rabbit in self.rabbits:
@@ -231,6 +238,10 @@ class Stack:
             time.sleep(0.1)
         # nnf-sos's clientmountd runs on each compute node (not here): dwssim plays it.
         self.compute_mounts = ComputeMounts(self.api.store, self.hosts).start()
+        # nnf-dm (not built) moves the data of the NnfDataMovements nnf-sos makes: dwssim
+        # plays it, beside the manager object its deployment makes.
+        self.api.store.create("nnfdatamovementmanagers", "nnf-dm-system", data_movement_manager())
+        self.data_mover = DataMover(self.api.store).start()
 
     def _start_real_webhook(self) -> None:
         from flux_dws.testing.kubeapi.admission import register_remote_webhooks
@@ -376,6 +387,7 @@ class Stack:
             self.flux and self.flux.stop,
             self.sim and self.sim.stop,
             self.compute_mounts and self.compute_mounts.stop,
+            self.data_mover and self.data_mover.stop,
             self.nnf_sos and self.nnf_sos.stop,
             self.real_dws and self.real_dws.stop,
             self.real_webhook and self.real_webhook.stop,

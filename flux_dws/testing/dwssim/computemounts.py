@@ -55,17 +55,20 @@ def next_step(obj: dict[str, Any]) -> dict[str, Any] | None:
     return {**obj, "status": status}
 
 
-class ComputeMounts:
-    """Plays clientmountd for ``computes`` against a kubeapi Store, in a daemon thread."""
+class Player:
+    """Plays a node's controller for one kind against a kubeapi Store, in a daemon thread:
+    each object it is given (``_handle``) after a list, then as a watch sees it change."""
 
-    def __init__(self, store: Any, computes: Iterable[str]) -> None:
+    plural = ""
+    name = "player"
+
+    def __init__(self, store: Any) -> None:
         self._store = store
-        self._computes = frozenset(computes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> ComputeMounts:
-        self._thread = threading.Thread(target=self._run, name="clientmountd", daemon=True)
+    def start(self) -> Player:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         return self
 
@@ -79,10 +82,10 @@ class ComputeMounts:
         while not self._stop.is_set():
             watch = None
             try:
-                items, version = self._store.list(PLURAL, None)
+                items, version = self._store.list(self.plural, None)
                 for item in items:
                     self._handle(item)
-                watch = self._store.watch(PLURAL, resource_version=version)
+                watch = self._store.watch(self.plural, resource_version=version)
                 while not self._stop.is_set():
                     event = watch.next(timeout=WATCH_POLL)
                     if event is not None and event[0] in ("ADDED", "MODIFIED"):
@@ -91,21 +94,38 @@ class ComputeMounts:
                         break  # the watch ended (expired): list again
             except Exception:
                 if not self._stop.is_set():
-                    LOG.exception("clientmountd: watch on clientmounts failed; listing again")
+                    LOG.exception("%s: watch on %s failed; listing again", self.name, self.plural)
                     self._stop.wait(RELIST_PAUSE)
             finally:
                 if watch is not None:
                     watch.close()
 
     def _handle(self, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _write(self, obj: dict[str, Any], new: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        try:
+            self._store.replace(self.plural, meta["namespace"], meta["name"], new)
+        except ApiError as exc:
+            if exc.code not in (404, 409):  # gone, or changed: its next event decides again
+                raise
+
+
+class ComputeMounts(Player):
+    """Plays clientmountd for ``computes``."""
+
+    plural = PLURAL
+    name = "clientmountd"
+
+    def __init__(self, store: Any, computes: Iterable[str]) -> None:
+        super().__init__(store)
+        self._computes = frozenset(computes)
+
+    def _handle(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         if meta.get("namespace") not in self._computes:
             return  # a rabbit's own ClientMounts are its node controller's
         new = next_step(obj)
-        if new is None:
-            return
-        try:
-            self._store.replace(PLURAL, meta["namespace"], meta["name"], new)
-        except ApiError as exc:
-            if exc.code not in (404, 409):  # gone, or changed: its next event decides again
-                raise
+        if new is not None:
+            self._write(obj, new)

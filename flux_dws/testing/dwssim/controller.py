@@ -357,13 +357,10 @@ class DwsSim(NnfDriver):
             if workflow["spec"].get("desiredState") != due.state.value:
                 return None, []  # a state change is on its way; _reconcile handles it
             # The drivers change only status, in place: they get a copy of it (and only of it).
+            # Their write is their own: DWS rolls their entries up when it reconciles it, as
+            # the real DWS does after nnf-sos's or the test driver's write (_reconcile).
             wf = {**workflow, "status": json_copy(status)}
-            timers = self._drive(wf, due.state)
-            if not self._controller:
-                return wf, timers  # the real DWS rolls the entries up
-            if due.state is State.PROPOSAL and not status.get("computes"):
-                return wf, timers  # DWS rolls up only once its Computes reference is written
-            return roll_up(wf, utc_now()), timers
+            return wf, self._drive(wf, due.state)
 
         if not self._write_workflow(current, decide):
             LOG.warning(

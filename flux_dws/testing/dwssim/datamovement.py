@@ -19,6 +19,7 @@ from typing import Any
 
 from flux_dws.core.directives import Directive
 from flux_dws.testing.dwssim.companions import api_object, child_metadata, indexed_name
+from flux_dws.testing.dwssim.computemounts import Player
 from flux_dws.testing.dwssim.outcomes import Complete, Outcome, ResourceError
 from flux_dws.testing.dwssim.status import micro_time
 
@@ -30,15 +31,6 @@ TEARDOWN_STATE_LABEL = "nnf.cray.hpe.com/teardown_state"
 JOB_ID_LABEL = "nnf.cray.hpe.com/job_id"
 MISSING = "missing"  # a path component that makes a simulated copy fail
 PER_RABBIT_TYPES = ("xfs", "gfs2")
-
-
-def copy_fails(directive: Directive) -> str | None:
-    """The path a simulated copy cannot find, or None when it succeeds."""
-    for key in ("source", "destination"):
-        path = directive.args.get(key, "")
-        if MISSING in path.split("/"):
-            return path
-    return None
 
 
 def storage_type(directive: Directive, directives: Sequence[Directive]) -> str:
@@ -96,11 +88,19 @@ def data_movements(
 
 
 def _status(directive: Directive, key: str, now: datetime.datetime) -> dict[str, Any]:
-    """nnf-dm's final status: Success with dcp's figures, or Failed naming the file."""
-    seed = int(hashlib.sha256(f"{directive.text} {key}".encode()).hexdigest()[:8], 16)
+    source, destination = directive.args.get("source", ""), directive.args.get("destination", "")
+    return finished_status(source, destination, f"{directive.text} {key}", now)
+
+
+def finished_status(
+    source: str, destination: str, key: str, now: datetime.datetime
+) -> dict[str, Any]:
+    """nnf-dm's final status of a copy: Success with dcp's figures, or Failed naming the file
+    (a path with a ``missing`` component); ``key`` seeds the figures."""
+    seed = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
     seconds = 1.0 + (seed % 900) / 100
     start = now - datetime.timedelta(seconds=seconds)
-    missing = copy_fails(directive)
+    missing = next((p for p in (source, destination) if MISSING in p.split("/")), None)
     base = {
         "state": "Finished",
         "startTime": micro_time(start),
@@ -109,7 +109,7 @@ def _status(directive: Directive, key: str, now: datetime.datetime) -> dict[str,
     }
     if missing is not None:
         output = (
-            f"[{start:%Y-%m-%dT%H:%M:%S}] Walking {directive.args.get('source', '')}\n"
+            f"[{start:%Y-%m-%dT%H:%M:%S}] Walking {source}\n"
             f"[{start:%Y-%m-%dT%H:%M:%S}] ERROR: Failed to open {missing} "
             "(errno=2 No such file or directory)\n"
             f"[{now:%Y-%m-%dT%H:%M:%S}] ERROR: Failed to copy 1 items"
@@ -118,7 +118,10 @@ def _status(directive: Directive, key: str, now: datetime.datetime) -> dict[str,
             **base,
             "status": "Failed",
             "message": f"exit status 1: {output}",
-            "commandStatus": {"command": _command(directive), "elapsedTime": f"{seconds:.3f}s"},
+            "commandStatus": {
+                "command": _command(source, destination),
+                "elapsedTime": f"{seconds:.3f}s",
+            },
         }
     files = 1 + seed % 40
     size = (1 + seed % 5000) * 1024 * 1024
@@ -126,7 +129,7 @@ def _status(directive: Directive, key: str, now: datetime.datetime) -> dict[str,
         **base,
         "status": "Success",
         "commandStatus": {
-            "command": _command(directive),
+            "command": _command(source, destination),
             "elapsedTime": f"{seconds:.3f}s",
             "progress": 100,
             "seconds": f"{seconds:.3f}",
@@ -140,8 +143,7 @@ def _status(directive: Directive, key: str, now: datetime.datetime) -> dict[str,
     }
 
 
-def _command(directive: Directive) -> str:
-    source, destination = directive.args.get("source", ""), directive.args.get("destination", "")
+def _command(source: str, destination: str) -> str:
     return f"mpirun --hostfile /tmp/hostfile dcp --progress 1 {source} {destination}"
 
 
@@ -156,3 +158,28 @@ def verdict(objects: Sequence[Mapping[str, Any]], state: str) -> Outcome:
                 severity="Fatal",
             ).fail()
     return Complete()
+
+
+def next_step(obj: dict[str, Any], now: datetime.datetime) -> dict[str, Any] | None:
+    """An NnfDataMovement nnf-sos made, as nnf-dm leaves it: Finished, Success or Failed by
+    its spec's paths (pure; None when it is finished, cancelled or going)."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if meta.get("deletionTimestamp") or (obj.get("status") or {}).get("state") == "Finished":
+        return None
+    source = (spec.get("source") or {}).get("path", "")
+    destination = (spec.get("destination") or {}).get("path", "")
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    return {**obj, "status": finished_status(source, destination, key, now)}
+
+
+class DataMover(Player):
+    """Plays nnf-dm (its data movement controllers on the rabbits) beside nnf-sos: finishes
+    each NnfDataMovement at once (no data is moved)."""
+
+    plural = PLURAL
+    name = "nnf-dm"
+
+    def _handle(self, obj: dict[str, Any]) -> None:
+        new = next_step(obj, datetime.datetime.now(datetime.timezone.utc))
+        if new is not None:
+            self._write(obj, new)

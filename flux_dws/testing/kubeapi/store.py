@@ -9,8 +9,10 @@ made from that one JSON text, however many readers there are.  A reader that onl
 (the simulator, the server answering a request) may ask for ``shared=True``: the stored
 object itself, which it must never change, and no copy at all.  Semantics follow the API
 server where tests can observe them: 404/409/410/422 Status errors, optimistic concurrency,
-finalizers with deletionTimestamp, no-op updates that keep the resourceVersion, and
-label-filtered watches that turn an object leaving the selector into DELETED.
+finalizers with deletionTimestamp, no-op updates that keep the resourceVersion,
+label-filtered watches that turn an object leaving the selector into DELETED, and the garbage
+collector's background propagation: an object gone for good takes with it the objects whose
+ownerReferences name it and no owner still there.
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class Store:
         self._floor = 0  # every event with rv > floor is still in the history
         self._watchers: set[Watch] = set()
         self._hooks: dict[str, list[Hook]] = {}
+        # the garbage collector's graph: every stored uid, and owner uid -> its dependents
+        self._uids: set[str] = set()
+        self._dependents: dict[str, set[tuple[str, tuple[str, str]]]] = {}
         if webhooks:
             from .admission import register_workflow_webhook
 
@@ -554,11 +559,13 @@ class Store:
         """Replace the contents with a dump(); the event history starts empty."""
         with self._lock:
             self._objects = {}
+            self._uids, self._dependents = set(), {}
             for obj in state.get("objects", []):
                 resource = _resource_of(obj)
                 text = _dumps(obj)
                 snap = _Snapshot(json.loads(text), text)
                 self._objects.setdefault(resource.plural, {})[_key(resource, obj)] = snap
+                self._graph(resource.plural, _key(resource, obj), None, snap.obj)
             self._rv = int(state.get("resourceVersion", 0))
             self.compact()
 
@@ -698,18 +705,46 @@ class Store:
         snap = _Snapshot.of(new)  # a 400 for data that is not JSON, before anything changed
         self._rv = rv
         table = self._objects.setdefault(resource.plural, {})
-        if event_type == "DELETED":
+        gone = event_type == "DELETED"
+        if gone:
             table.pop(key, None)
         else:
             table[key] = snap
+        self._graph(resource.plural, key, prev.obj if prev else None, None if gone else snap.obj)
         event = _Event(rv, resource.plural, event_type, snap, prev)
         self._history.append(event)
         self._trim()
         for watch in list(self._watchers):
             watch._offer(event, rv)
-        if event_type == "DELETED" and resource.namespaced:
+        if gone and resource.namespaced:
             self._namespace_emptied(key[0])
+        if gone:
+            self._collect_dependents(snap.obj["metadata"].get("uid", ""))
         return snap
+
+    def _graph(self, plural: str, key: tuple[str, str], old: dict | None, new: dict | None) -> None:
+        """Keep the garbage collector's graph as ``old`` (None: created) becomes ``new``
+        (None: gone for good)."""
+        if old is not None:
+            self._uids.discard(old["metadata"].get("uid", ""))
+            for owner in _owner_uids(old):
+                self._dependents.get(owner, set()).discard((plural, key))
+        if new is not None:
+            self._uids.add(new["metadata"].get("uid", ""))
+            for owner in _owner_uids(new):
+                self._dependents.setdefault(owner, set()).add((plural, key))
+
+    def _collect_dependents(self, uid: str) -> None:
+        """The garbage collector (background propagation): the object ``uid`` is gone, so
+        each object it owned is deleted once no owner of it is left (finalizers still hold
+        it).  Kubernetes does this a moment later; here it is at once."""
+        for plural, key in sorted(self._dependents.pop(uid, ())):
+            found = self._objects.get(plural, {}).get(key)
+            if found is None or found.obj["metadata"].get("deletionTimestamp"):
+                continue
+            if any(owner in self._uids for owner in _owner_uids(found.obj)):
+                continue
+            self.delete(plural, key[0] or None, key[1])
 
     def _trim(self) -> None:
         while len(self._history) > self._history_limit:
@@ -788,6 +823,11 @@ def _check_type(resource: Resource, obj: dict) -> None:
         )
     obj["apiVersion"] = resource.api_version()
     obj["kind"] = resource.kind
+
+
+def _owner_uids(obj: dict) -> set[str]:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return {r["uid"] for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str)}
 
 
 def _check_preconditions(resource: Resource, obj: dict, preconditions: dict) -> None:
