@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
+
+#: ``@dataclass(**SLOTS)``: instances without a ``__dict__`` where Python has slotted
+#: dataclasses (3.10 on), for the records the service holds per job (bench_reconcile).
+SLOTS: dict[str, Any] = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 K = TypeVar("K")
 V = TypeVar("V")

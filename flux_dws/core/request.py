@@ -18,7 +18,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DirectiveError, RequestError
-from flux_dws.base.frozen import FrozenMap
+from flux_dws.base.frozen import SLOTS, FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
 from flux_dws.core.directives import Directive, parse_directives
 from flux_dws.core.jobspec import (
@@ -51,7 +51,7 @@ PERSISTENT_COMMANDS = frozenset({"create_persistent", "destroy_persistent"})
 STORAGE_COMMANDS = frozenset({"jobdw", "create_persistent"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **SLOTS)
 class DwRequest:
     """A job's #DW directives and the timeouts in force for its workflow."""
 
