@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from flux_dws.base import untrusted
+from flux_dws.base.frozen import share_strings
 from flux_dws.core.rabbits import servers_kept
 from flux_dws.core.workflow import kept_identity
 from flux_dws.k8s.backoff import backoff_delay
@@ -281,7 +282,7 @@ class ResourceWatch:
 
     def _relist(self) -> None:
         items, rv = self._list()
-        items = [self.trim(slim(obj)) for obj in items]
+        items = [self.trim(share_strings(slim(obj))) for obj in items]
         self.relists += 1
         self._health(True)
         deliveries = self._delivered.relist(items, rv)
@@ -331,7 +332,8 @@ class ResourceWatch:
                     )
                 rv = version_of(obj)
                 if kind != "BOOKMARK":
-                    for delivery in self._delivered.watch_event(kind, self.trim(obj)):
+                    obj = self.trim(share_strings(obj))
+                    for delivery in self._delivered.watch_event(kind, obj):
                         self._deliver(*delivery)
                 if rv:
                     self._advance(rv)
