@@ -49,7 +49,7 @@ from typing import Callable, Optional
 
 from flux_dws.base.errors import DirectiveError
 from flux_dws.base.errors import quote as _show
-from flux_dws.base.frozen import FrozenMap
+from flux_dws.base.frozen import SLOTS, FrozenMap
 from flux_dws.base.sizes import SIZE_EXAMPLES, parse_size, size_bytes
 from flux_dws.core.states import State
 
@@ -96,7 +96,7 @@ _PROFILE_KEYS = frozenset({"combined_mgtmdt", "external_mgs", "capacity_mdt", "c
 Args = FrozenMap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **SLOTS)
 class Directive:
     """One #DW directive of a job, as DWS will see it."""
 

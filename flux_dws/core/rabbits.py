@@ -105,6 +105,20 @@ def servers_held(servers: Mapping[str, Any]) -> dict[str, int]:
     return held
 
 
+def servers_kept(servers: Mapping[str, Any]) -> dict[str, Any]:
+    """What health reads of a Servers (its identity and labels, and ``spec``: servers_held,
+    owner_kind), sharing values with ``servers``: a watch holds one per workflow, and its
+    status and owner references would double that.  Never raises."""
+    out: dict[str, Any] = {k: servers[k] for k in ("apiVersion", "kind", "spec") if k in servers}
+    meta = servers.get("metadata")
+    if isinstance(meta, Mapping):
+        keys = ("name", "namespace", "uid", "resourceVersion", "labels")
+        out["metadata"] = {k: meta[k] for k in keys if k in meta}
+    elif meta is not None:
+        out["metadata"] = meta
+    return out
+
+
 def owner_kind(obj: Any) -> str | None:
     labels = untrusted.mapping(
         untrusted.mapping(untrusted.mapping(obj).get("metadata")).get("labels")

@@ -24,6 +24,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
+from flux_dws.base.frozen import SLOTS
 from flux_dws.core.states import State, Status
 
 WORKFLOW_GROUP = "dataworkflowservices.github.io"
@@ -61,7 +62,7 @@ class ContainerState(str, Enum):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **SLOTS)
 class ContainerOutcome:
     """The container directive's result; ``reason`` is what the user is told."""
 
@@ -72,7 +73,7 @@ class ContainerOutcome:
     dwd_index: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **SLOTS)
 class DriverStatus:
     """One ``status.drivers[]`` entry."""
 
@@ -87,7 +88,7 @@ class DriverStatus:
     last_hb: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **SLOTS)
 class WorkflowView:
     """What Kubernetes says about one workflow, checked and frozen."""
 
@@ -230,6 +231,54 @@ def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
         requires=status.strings("requires"),
         annotations=MappingProxyType(_annotations(meta.raw("annotations"))),
     )
+
+
+#: What is read of a Workflow object once :func:`view_workflow` has read it (the view holds
+#: the rest): who it is (core.identity.owned_jobid; the watch's bookkeeping), the release
+#: mark (core.release.held_parts) and what the Proposal refers to (k8s.resources
+#: breakdown_refs, container_profile_name).
+_KEPT = {
+    "metadata": (
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "labels",
+        "annotations",
+        "finalizers",
+        "deletionTimestamp",
+    ),
+    "spec": ("jobID", "dwDirectives"),
+    "status": ("directiveBreakdowns",),
+}
+
+
+#: Who a Workflow object is: what the watch needs of those it delivered, to tell the service
+#: of one deleted while it looked away (core.identity.owned_jobid reads it then).
+_IDENTITY = {
+    "metadata": ("name", "namespace", "uid", "resourceVersion", "labels"),
+    "spec": ("jobID",),
+}
+
+
+def kept_identity(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`kept`, but only who the workflow is (``_IDENTITY``)."""
+    return kept(obj, _IDENTITY)
+
+
+def kept(obj: Mapping[str, Any], parts: Mapping[str, tuple[str, ...]] = _KEPT) -> dict[str, Any]:
+    """The parts of a Workflow object still read after :func:`view_workflow` (``_KEPT``),
+    sharing their values with ``obj``: what the watch and each tracked job hold instead of
+    the whole object, whose status (drivers, env, ...) is several times bigger and is read
+    once, into the view.  Never raises: a part that is not a mapping is kept as it is."""
+    out: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    for part, keys in parts.items():
+        value = obj.get(part)
+        if isinstance(value, Mapping):
+            out[part] = {k: value[k] for k in keys if k in value}
+        elif value is not None:
+            out[part] = value
+    return out
 
 
 def _annotations(value: Any) -> dict[str, str]:

@@ -27,6 +27,9 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from flux_dws.base import untrusted
+from flux_dws.base.frozen import share_strings
+from flux_dws.core.rabbits import servers_kept
+from flux_dws.core.workflow import kept_identity
 from flux_dws.k8s.backoff import backoff_delay
 from flux_dws.k8s.calls import TRANSPORT_ERRORS
 from flux_dws.k8s.client import KubeClient
@@ -80,10 +83,15 @@ class Delivered:
     a server use opaque ones, only exact repeats of an object's version are dropped.)
     """
 
-    def __init__(self, key: Callable[[dict], str] = name_of) -> None:
+    def __init__(
+        self, key: Callable[[dict], str] = name_of, keep: Callable[[dict], dict] | None = None
+    ) -> None:
+        # what is kept of each object: enough for ``key``, its version and uid, and whoever
+        # receives it again as DELETED after a re-list (``keep``; the whole object by default)
         self.objects: dict[str, dict] = {}
         self._high: int | None = None
         self._key = key
+        self._keep = keep
 
     def watch_event(self, kind: str, obj: dict) -> list[Delivery]:
         """Deliveries for one watch event: none if it replays a version already handled."""
@@ -118,7 +126,7 @@ class Delivered:
     def _upsert(self, name: str, known: dict | None, obj: dict) -> list[Delivery]:
         if known is not None and version_of(known) == version_of(obj):
             return []
-        self.objects[name] = obj
+        self.objects[name] = obj if self._keep is None else self._keep(obj)
         if known is None:
             return [(ADDED, obj)]
         if _uid(known) and _uid(obj) and _uid(known) != _uid(obj):
@@ -162,6 +170,10 @@ class ResourceWatch:
     target = "resources"
     #: what identifies one object among those delivered
     key: Callable[[dict], str] = staticmethod(name_of)
+    #: what is kept of each object delivered, for re-lists (None: all of it)
+    keep: Callable[[dict], dict] | None = None
+    #: what is delivered of each object (and kept): the fields its receiver reads
+    trim: Callable[[dict], dict] = staticmethod(lambda obj: obj)
 
     def __init__(
         self,
@@ -186,7 +198,7 @@ class ResourceWatch:
         self._backoff_base = backoff_base
         self._watch_timeout = watch_timeout
         self._read_margin = read_margin
-        self._delivered = Delivered(self.key)
+        self._delivered = Delivered(self.key, self.keep)
         self._rv: str | None = None
         self._connected: bool | None = None
         self._failures = 0  # consecutive failed attempts since the last connection; backoff
@@ -270,7 +282,7 @@ class ResourceWatch:
 
     def _relist(self) -> None:
         items, rv = self._list()
-        items = [slim(obj) for obj in items]
+        items = [self.trim(share_strings(slim(obj))) for obj in items]
         self.relists += 1
         self._health(True)
         deliveries = self._delivered.relist(items, rv)
@@ -320,6 +332,7 @@ class ResourceWatch:
                     )
                 rv = version_of(obj)
                 if kind != "BOOKMARK":
+                    obj = self.trim(share_strings(obj))
                     for delivery in self._delivered.watch_event(kind, obj):
                         self._deliver(*delivery)
                 if rv:
@@ -381,6 +394,7 @@ class WorkflowWatch(ResourceWatch):
 
     kind = "workflow"
     target = "workflows in namespace"
+    keep = staticmethod(kept_identity)  # the service keeps its own (WorkflowView, kept)
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
         return client.list_workflows, client.open_workflow_watch
@@ -414,6 +428,7 @@ class ServersWatch(ResourceWatch):
     kind = "servers"
     target = "servers"
     key = staticmethod(qualified_name)
+    trim = staticmethod(servers_kept)  # one per workflow: its status is never read
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
         return client.list_servers, client.open_servers_watch

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
+from flux_dws.base.frozen import SLOTS
 from flux_dws.base.loop import Timer
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.health import Failures
@@ -31,13 +32,15 @@ HALT = Halt()
 Done = Callable[[Union[str, Halt, None]], None]
 
 
-@dataclass
+@dataclass(**SLOTS)
 class Tracked:
     """What the service knows about one job (or one orphaned workflow)."""
 
     jobid: int
     record: dict[str, Any] | None = None
     workflow: WorkflowView | None = None
+    # the workflow object: its parts read after the view (core.workflow.kept), or all of it
+    # when it could not be read (``unreadable``)
     raw: dict[str, Any] | None = None
     proposal: ProposalInfo | None = None
     failures: Failures | None = None  # which nodes failed Setup/PreRun (lc.ReadFailures)
@@ -68,7 +71,7 @@ class Seen:
 
     job: lc.JobView
     workflow: WorkflowView | None
-    raw: Mapping[str, Any] | None  # the workflow object ``workflow`` was read from
+    raw: Mapping[str, Any] | None  # what is kept of the object ``workflow`` was read from
     observed: float  # monotonic time of the observation that led to the decision
 
 

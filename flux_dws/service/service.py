@@ -36,7 +36,7 @@ from flux_dws.core.reconcile import startup_order
 from flux_dws.core.release import held_parts
 from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
-from flux_dws.core.workflow import view_workflow
+from flux_dws.core.workflow import kept, view_workflow
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
@@ -309,7 +309,7 @@ class Service:
             tracked.workflow, tracked.raw = None, None
         else:
             try:
-                tracked.workflow, tracked.raw = view_workflow(obj), obj
+                tracked.workflow, tracked.raw = view_workflow(obj), kept(obj)
             except ValueError as exc:  # never "gone": the job is held until it can be read
                 tracked.unreadable, tracked.raw = str(exc), obj
         tracked.observed = seen

@@ -9,7 +9,6 @@ doc/protocol.rst says.  It reaches the job-manager only through the small jobtap
 
 from __future__ import annotations
 
-import copy
 import errno
 import json
 import logging
@@ -166,26 +165,27 @@ def job_record(job: Job) -> dict[str, Any]:
     for entry in job.eventlog:
         if entry["name"].startswith(EVENT_PREFIX):
             dws[entry["name"]] = entry["context"]
-    return copy.deepcopy(
-        {
-            "id": job.id,
-            "userid": job.userid,
-            "t_submit": job.t_submit,
-            "phase": job_phase(job),
-            "attributes": {
-                k: job.submitted[k]
-                for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, RELEASE_KEY, "constraints")
-                if k in job.submitted
-            },
-            "hosts": job.hosts,
-            "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)
-            "ssd": [],
-            "resources": job.jobspec.get("resources", []),
-            "started": job.started,
-            "exception": None if exc is None else {k: exc[k] for k in ("type", "severity", "note")},
-            "dws": dws,
-        }
-    )
+    record = {
+        "id": job.id,
+        "userid": job.userid,
+        "t_submit": job.t_submit,
+        "phase": job_phase(job),
+        "attributes": {
+            k: job.submitted[k]
+            for k in (DW_KEY, TIMEOUT_KEY, TOLERANCE_KEY, RELEASE_KEY, "constraints")
+            if k in job.submitted
+        },
+        "hosts": job.hosts,
+        "rabbits": {},  # fakeflux does not schedule rabbits (no Fluxion graph)
+        "ssd": [],
+        "resources": job.jobspec.get("resources", []),
+        "started": job.started,
+        "exception": None if exc is None else {k: exc[k] for k in ("type", "severity", "note")},
+        "dws": dws,
+    }
+    # a copy the job cannot change afterwards (what crosses is JSON anyway): json is much
+    # quicker than copy.deepcopy, which made a 10,000-job snapshot take seconds
+    return json.loads(json.dumps(record))
 
 
 class DwsPlugin:
