@@ -309,6 +309,9 @@ AGE = [".metadata.creationTimestamp"]
 HEADERS = {
     "workflows": ["NAME", "STATE", "READY", "STATUS", "JOBID", "AGE"],
     "computes": ["NAME", "AGE"],
+    # served only for nnf-sos, which lists them as it finalizes a workflow: name and age
+    "jobs": ["NAME", "AGE"],
+    "mpijobs": ["NAME", "AGE"],
     "directivebreakdowns": ["NAME", "READY", "ERROR", "AGE"],
     "servers": ["NAME", "READY", "ERROR", "AGE"],
     "systemconfigurations": ["NAME", "READY", "AGE"],
