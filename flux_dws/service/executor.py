@@ -344,7 +344,8 @@ class ActionExecutor:
             meta = obj.get("metadata") or {}
             if known is not None and (
                 known.uid != (meta.get("uid") or "")
-                or _rv(meta.get("resourceVersion")) <= _rv(known.resource_version)
+                or version_number(meta.get("resourceVersion"))
+                <= version_number(known.resource_version)
             ):
                 return None  # another workflow, or not newer than what we know
             try:
@@ -389,7 +390,7 @@ class ActionExecutor:
             self.rabbits = rabbits
 
 
-def _rv(version: Any) -> int:
+def version_number(version: Any) -> int:
     """A resourceVersion (parsed or raw) as a number, to order versions (0 if it has none)."""
     try:
         return int(version or 0)

@@ -43,7 +43,7 @@ from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache
 from flux_dws.service import dispatch
-from flux_dws.service.executor import ActionExecutor
+from flux_dws.service.executor import ActionExecutor, version_number
 from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
@@ -304,6 +304,14 @@ class Service:
             )
             return
         tracked = self._tracked(jobid)
+        known, meta = tracked.workflow, untrusted.mapping(obj.get("metadata"))
+        if (
+            kind != "DELETED"
+            and known is not None
+            and known.uid == meta.get("uid")
+            and version_number(meta.get("resourceVersion")) < version_number(known.resource_version)
+        ):  # older than a version adopted from a response (the watch lags): it would undo it
+            return
         tracked.unreadable = ""
         if kind == "DELETED":
             tracked.workflow, tracked.raw = None, None
