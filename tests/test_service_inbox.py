@@ -92,3 +92,25 @@ def test_events_after_a_drain_are_drained_again(service):
     service._on_workflow_event_thread("MODIFIED", workflow(4, 31))
     service.loop.run_pending()
     assert [rv for _, _, rv in service.handled] == ["30", "31"]
+
+
+def test_a_watch_event_older_than_the_known_version_is_ignored(service):
+    """The service adopts a workflow from its own patch's response, ahead of the watch; the
+    watch's older event must not undo it (it once undid a release mark, and a released job's
+    workflow was swept to Teardown before DataOut's outcome was saved)."""
+    service._on_workflow_event_thread("MODIFIED", workflow(5, 50, state="PostRun"))
+    service.loop.run_pending()
+    service._on_workflow_event_thread("MODIFIED", workflow(5, 49, state="PreRun"))
+    service.loop.run_pending()
+    assert service.jobs[5].workflow.resource_version == "50"
+    assert service.jobs[5].workflow.state.value == "PostRun"
+    # A re-created workflow (another uid) counts from its own versions; a deletion always counts.
+    service._on_workflow_event_thread("ADDED", workflow(5, 7, uid="uid-5-again"))
+    service.loop.run_pending()
+    assert (service.jobs[5].workflow.uid, service.jobs[5].workflow.resource_version) == (
+        "uid-5-again",
+        "7",
+    )
+    service._on_workflow_event_thread("DELETED", workflow(5, 6, uid="uid-5-again"))
+    service.loop.run_pending()
+    assert service.jobs[5].workflow is None
