@@ -517,8 +517,26 @@ class RealFlux:
                 raise TimeoutError(
                     f"job {jobid} did not reach {state} within {timeout}s: it is {info.state} "
                     f"after {names}\n--- service log ---\n{self.service_log()[-3000:]}"
+                    f"{self.job_diagnostics(jobid)}"
                 )
             time.sleep(0.1)
+
+    def job_diagnostics(self, jobid: int) -> str:
+        """The job's exec and output eventlogs and the broker's log tail, for a failure message:
+        a job stuck after ``start`` is stuck in its shell, which only these show."""
+        parts = []
+        for what, argv in (
+            ("exec eventlog", ("job", "eventlog", "-p", "exec", str(jobid))),
+            ("output eventlog", ("job", "eventlog", "-p", "output", str(jobid))),
+            ("broker log", ("dmesg",)),
+        ):
+            try:
+                done = self.command(*argv, timeout=10)
+                text = (done.stdout + done.stderr).strip()
+            except (OSError, subprocess.SubprocessError) as exc:
+                text = f"(unavailable: {exc})"
+            parts.append(f"\n--- {what} ---\n{text[-2000:]}")
+        return "".join(parts)
 
     def wait_event(self, jobid: int, name: str, timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
