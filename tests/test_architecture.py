@@ -9,7 +9,7 @@ import re
 import typing
 from pathlib import Path
 
-from flux_dws.core import lifecycle
+from flux_dws.core import actions, lifecycle
 from flux_dws.core.policy import Policy
 from flux_dws.k8s.watch import ResourceWatch, WorkflowWatch
 from flux_dws.service import dispatch, failures
@@ -52,10 +52,10 @@ def test_architecture_names_files_that_exist_and_every_action():
     assert len(paths) >= 20
     for path in paths:
         assert (ROOT / path).exists(), path
-    for action in typing.get_args(lifecycle.Action):
+    for action in typing.get_args(actions.Action):
         assert f"``{action.__name__}``" in text, action.__name__
     assert "def decide(" in inspect.getsource(lifecycle)
-    assert set(dispatch.HANDLERS) | dispatch.LOOP_ACTIONS == set(typing.get_args(lifecycle.Action))
+    assert set(dispatch.HANDLERS) | dispatch.LOOP_ACTIONS == set(typing.get_args(actions.Action))
 
 
 def test_architecture_names_every_module_and_package():

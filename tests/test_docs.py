@@ -53,8 +53,10 @@ from flux_dws.cli.commands import parse_states
 from flux_dws.cli.render import LIST_FIELDS, LIST_FORMATS, parse_format
 from flux_dws.cli.simplan import parse_mix
 from flux_dws.cli.sources import StackSource
+from flux_dws.core.actions import RaiseException
 from flux_dws.core.directives import parse_directives
-from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide, decide_unreadable
+from flux_dws.core.jobview import JobPhase, JobView
+from flux_dws.core.lifecycle import decide, decide_unreadable
 from flux_dws.core.policy import (
     CONFIG_KEYS,
     COUNT_BOUNDS,

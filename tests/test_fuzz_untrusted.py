@@ -26,9 +26,11 @@ from flux_dws.base.untrusted import jansson_problem, json_safe
 from flux_dws.base.untrusted import text as one_line
 from flux_dws.cli.inventory import list_rows
 from flux_dws.cli.views import driver_errors, read_workflow
+from flux_dws.core.actions import FinishProlog, RaiseException
 from flux_dws.core.identity import owned_jobid
 from flux_dws.core.jobenv import env_problem, token_problem, token_required
-from flux_dws.core.lifecycle import FinishProlog, JobPhase, JobView, RaiseException, decide
+from flux_dws.core.jobview import JobPhase, JobView
+from flux_dws.core.lifecycle import decide
 from flux_dws.core.policy import Policy
 from flux_dws.core.storage import needs_from_breakdowns, plan_servers, rabbit_map
 from flux_dws.core.workflow import parse_time, view_workflow

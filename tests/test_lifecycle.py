@@ -16,10 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flux_dws.base.jobid import f58
+from flux_dws.core import actions as act
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.health import Failures
 from flux_dws.core.identity import FINALIZER
-from flux_dws.core.lifecycle import JobException, JobPhase, JobView, ProposalInfo, decide
+from flux_dws.core.jobview import EXCEPTION_TYPE, JobException, JobPhase, JobView, ProposalInfo
+from flux_dws.core.lifecycle import decide
 from flux_dws.core.policy import policy_from_table
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import STATE_ORDER, State, Status, is_legal_transition
@@ -100,27 +102,27 @@ def wf(
     )
 
 
-def kinds(actions: list[lc.Action]) -> list[str]:
+def kinds(actions: list[act.Action]) -> list[str]:
     return [type(a).__name__ for a in moves(actions)]
 
 
-def moves(actions: list[lc.Action]) -> list[lc.Action]:
+def moves(actions: list[act.Action]) -> list[act.Action]:
     """Everything but the job events (checked separately where they matter)."""
-    return [a for a in actions if not isinstance(a, lc.PostEvent)]
+    return [a for a in actions if not isinstance(a, act.PostEvent)]
 
 
-def tears_down(actions: list[lc.Action]) -> bool:
+def tears_down(actions: list[act.Action]) -> bool:
     """Teardown is asked for, before the job is failed or its prolog let go (so it is asked
     even should Flux refuse the exception)."""
     kinds_ = moves(actions)
-    teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    teardown = act.SetDesiredState(State.TEARDOWN, hurry=True)
     if teardown not in kinds_:
         return False
     first = kinds_.index(teardown)
-    return all(not isinstance(a, (lc.RaiseException, lc.FinishProlog)) for a in kinds_[:first])
+    return all(not isinstance(a, (act.RaiseException, act.FinishProlog)) for a in kinds_[:first])
 
 
-def of(actions: list[lc.Action], kind: type) -> list[Any]:
+def of(actions: list[act.Action], kind: type) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
 
@@ -135,12 +137,12 @@ def recorded(state: State, deadline: float | None = None, **kw: Any) -> dict[str
 def test_new_job_creates_its_workflow_with_the_request_directives():
     j = job(workflow_created=False, proposal_recorded=False, request=request(JOBDW, GFS2))
     (create,) = decide(j, None, POLICY, NOW)
-    assert create == lc.CreateWorkflow((JOBDW, GFS2), 1001, 1001)
+    assert create == act.CreateWorkflow((JOBDW, GFS2), 1001, 1001)
 
 
 def test_workflow_creation_is_recorded_with_the_effective_timeouts():
     j = job(workflow_created=False, request=request(prerun="7m"))
-    events = of(decide(j, wf(ready=False), POLICY, NOW), lc.PostEvent)
+    events = of(decide(j, wf(ready=False), POLICY, NOW), act.PostEvent)
     (created,) = [e for e in events if e.name == "dws-workflow"]
     assert created.context["name"] == NAME
     assert created.context["timeouts"]["prerun"] == "7m"
@@ -149,7 +151,7 @@ def test_workflow_creation_is_recorded_with_the_effective_timeouts():
 
 def test_each_state_entry_records_an_absolute_deadline_from_desired_state_change():
     j = job(request=request(proposal="2m"))
-    (event,) = [e for e in of(decide(j, wf(ready=False), POLICY, NOW), lc.PostEvent)]
+    (event,) = [e for e in of(decide(j, wf(ready=False), POLICY, NOW), act.PostEvent)]
     assert event.name == "dws-state"
     assert event.context == {"state": "Proposal", "timeout": "2m", "deadline": NOW - 1 + 120}
 
@@ -159,7 +161,7 @@ def test_proposal_ready_reads_proposal_then_releases_with_storage_needs():
     assert kinds(decide(j, wf(), POLICY, NOW)) == ["ReadProposal"]
     j = dataclasses.replace(j, proposal=ProposalInfo())
     (release,) = decide(j, wf(), POLICY, NOW)
-    assert isinstance(release, lc.ReleaseDependency)
+    assert isinstance(release, act.ReleaseDependency)
     assert JOBSPEC_STORAGE_KEY in release.jobspec_update
 
 
@@ -167,7 +169,7 @@ def test_proposal_not_ready_waits():
     j = job(**recorded(State.PROPOSAL, NOW + 100))
     actions = decide(j, wf(ready=False), POLICY, NOW)
     assert kinds(actions) == ["WakeAt"]
-    assert of(actions, lc.WakeAt)[0].time == NOW + 100
+    assert of(actions, act.WakeAt)[0].time == NOW + 100
 
 
 def test_scheduled_job_waits_with_proposal_ready_and_no_deadline():
@@ -180,15 +182,15 @@ def test_allocated_job_gets_its_nodes_assigned_then_setup():
         JobPhase.PROLOG, hosts=("n1", "n2"), proposal=ProposalInfo(), **recorded(State.PROPOSAL)
     )
     assert moves(decide(j, wf(), POLICY, NOW)) == [
-        lc.SetDesiredState(State.SETUP, assign=("n1", "n2"))
+        act.SetDesiredState(State.SETUP, assign=("n1", "n2"))
     ]
 
 
 def test_setup_done_goes_straight_to_datain_then_prerun():
     j = job(JobPhase.PROLOG, hosts=("n1",), **recorded(State.SETUP))
-    assert moves(decide(j, wf(State.SETUP), POLICY, NOW)) == [lc.SetDesiredState(State.DATAIN)]
+    assert moves(decide(j, wf(State.SETUP), POLICY, NOW)) == [act.SetDesiredState(State.DATAIN)]
     j = dataclasses.replace(j, posted_state=State.DATAIN)
-    assert moves(decide(j, wf(State.DATAIN), POLICY, NOW)) == [lc.SetDesiredState(State.PRERUN)]
+    assert moves(decide(j, wf(State.DATAIN), POLICY, NOW)) == [act.SetDesiredState(State.PRERUN)]
 
 
 def test_prerun_ready_starts_the_job_with_the_workflow_environment_and_token():
@@ -196,7 +198,7 @@ def test_prerun_ready_starts_the_job_with_the_workflow_environment_and_token():
     j = job(JobPhase.PROLOG, **recorded(State.PRERUN))
     secret = ("default", f"{NAME}-token")
     actions = decide(j, wf(State.PRERUN, env=env, token=secret), POLICY, NOW)
-    assert actions == [lc.FinishProlog(True, env, secret)]
+    assert actions == [act.FinishProlog(True, env, secret)]
 
 
 def test_running_job_leaves_prerun_alone():
@@ -215,7 +217,7 @@ def test_running_job_leaves_prerun_alone():
 def test_finished_job_walks_postrun_dataout_teardown(current, following):
     j = job(JobPhase.EPILOG, started=True, **recorded(current))
     assert moves(decide(j, wf(current), POLICY, NOW)) == [
-        lc.SetDesiredState(following, hurry=False)
+        act.SetDesiredState(following, hurry=False)
     ]
 
 
@@ -249,15 +251,15 @@ def test_error_in_any_state_raises_the_message_and_tears_down_at_once(state):
     j = job(phase, started=phase is JobPhase.EPILOG, **recorded(state), **found)
     message = "DW Directive 0: User error: no space left"
     actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
-    raised = of(actions, lc.RaiseException)
+    raised = of(actions, act.RaiseException)
     # the state, the directive DWS named (DW Directive 0), DWS's reason without its
     # "User error:" prefix, and where to look next
     assert [r.note for r in raised] == [
         f"{state.value} failed: {JOBDW}: no space left; flux dws status {f58(j.jobid)}"
     ]
     assert tears_down(actions)
-    assert (lc.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
-    assert not of(actions, lc.ReleaseDependency)
+    assert (act.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
+    assert not of(actions, act.ReleaseDependency)
 
 
 def test_prerun_container_failure_cancels_before_start_with_the_reason():
@@ -273,11 +275,11 @@ def test_prerun_container_failure_cancels_before_start_with_the_reason():
     # the containers' output is saved (and dws-container posted) before anything else; then
     # Teardown is asked, before the job is failed (so it is asked should Flux refuse that)
     assert kinds(actions) == ["SaveOutput", "SetDesiredState", "RaiseException", "FinishProlog"]
-    (teardown,) = [e for e in of(actions, lc.PostEvent) if e.name == "dws-state"]
+    (teardown,) = [e for e in of(actions, act.PostEvent) if e.name == "dws-state"]
     assert "failed to start after 300 seconds" in teardown.context["reason"]
-    assert "failed to start after 300 seconds" in of(actions, lc.RaiseException)[0].note
-    assert of(actions, lc.FinishProlog)[0].success is False
-    (container,) = of(actions, lc.SaveOutput)
+    assert "failed to start after 300 seconds" in of(actions, act.RaiseException)[0].note
+    assert of(actions, act.FinishProlog)[0].success is False
+    (container,) = of(actions, act.SaveOutput)
     assert container.event["state"] == "timed-out"
     assert container.event["phase"] == "PreRun"
 
@@ -292,8 +294,8 @@ def test_postrun_container_failure_fails_the_job_and_skips_dataout():
     actions = decide(
         j, wf(State.POSTRUN, ready=False, status=Status.ERROR, container=outcome), POLICY, NOW
     )
-    assert "after 7 attempts" in of(actions, lc.RaiseException)[0].note
-    assert of(actions, lc.SetDesiredState) == [lc.SetDesiredState(State.TEARDOWN, hurry=True)]
+    assert "after 7 attempts" in of(actions, act.RaiseException)[0].note
+    assert of(actions, act.SetDesiredState) == [act.SetDesiredState(State.TEARDOWN, hurry=True)]
 
 
 @pytest.mark.parametrize("state", ACTIVE_STATES)
@@ -307,7 +309,7 @@ def test_the_reason_for_an_abort_is_recorded_before_teardown_is_asked(state):
     actions = decide(j, wf(state, ready=False, status=Status.ERROR, message=message), POLICY, NOW)
     kinds = [type(a).__name__ for a in actions]
     record = next(
-        i for i, a in enumerate(actions) if isinstance(a, lc.PostEvent) and a.name == "dws-state"
+        i for i, a in enumerate(actions) if isinstance(a, act.PostEvent) and a.name == "dws-state"
     )
     assert actions[record].context["reason"] == (
         f"{state.value} failed: {JOBDW}: no space left; flux dws status {f58(j.jobid)}"
@@ -320,9 +322,9 @@ def test_container_outcome_is_recorded_once():
     outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
     j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN))
 
-    def recorded_outcomes(view: JobView) -> list[lc.SaveOutput]:
+    def recorded_outcomes(view: JobView) -> list[act.SaveOutput]:
         actions = decide(view, wf(State.POSTRUN, container=outcome), POLICY, NOW)
-        return of(actions, lc.SaveOutput)
+        return of(actions, act.SaveOutput)
 
     (first,) = recorded_outcomes(j)
     assert first.event["state"] == "exited"
@@ -337,12 +339,12 @@ def test_transient_condition_is_tolerated_for_the_grace_period_then_fails():
     j = job(JobPhase.PROLOG, **recorded(State.SETUP, NOW + 3600))
     transient = wf(State.SETUP, ready=False, status=Status.TRANSIENT, message="DW Directive 0: x")
     first = decide(j, transient, POLICY, NOW)
-    assert [e.name for e in of(first, lc.PostEvent)] == ["dws-transient"]
+    assert [e.name for e in of(first, act.PostEvent)] == ["dws-transient"]
     j = dataclasses.replace(j, transient=(State.SETUP, NOW))
     waiting = decide(j, transient, POLICY, NOW + 29)
-    assert kinds(waiting) == ["WakeAt"] and of(waiting, lc.WakeAt)[0].time == NOW + 30
+    assert kinds(waiting) == ["WakeAt"] and of(waiting, act.WakeAt)[0].time == NOW + 30
     late = decide(j, transient, POLICY, NOW + 30)
-    assert "TransientCondition for more than 30s" in of(late, lc.RaiseException)[0].note
+    assert "TransientCondition for more than 30s" in of(late, act.RaiseException)[0].note
     assert tears_down(late)
 
 
@@ -354,13 +356,13 @@ def test_user_transient_grace_is_used():
         **recorded(State.SETUP),
     )
     transient = wf(State.SETUP, ready=False, status=Status.TRANSIENT)
-    assert not of(decide(j, transient, POLICY, NOW + 60), lc.RaiseException)
-    assert of(decide(j, transient, POLICY, NOW + 120), lc.RaiseException)
+    assert not of(decide(j, transient, POLICY, NOW + 60), act.RaiseException)
+    assert of(decide(j, transient, POLICY, NOW + 120), act.RaiseException)
 
 
 def test_transient_that_clears_is_recorded_as_cleared():
     j = job(JobPhase.PROLOG, transient=(State.SETUP, NOW), **recorded(State.SETUP))
-    events = of(decide(j, wf(State.SETUP, ready=False), POLICY, NOW), lc.PostEvent)
+    events = of(decide(j, wf(State.SETUP, ready=False), POLICY, NOW), act.PostEvent)
     assert [(e.name, e.context["since"]) for e in events] == [("dws-transient", None)]
 
 
@@ -370,7 +372,7 @@ def test_a_state_past_its_deadline_fails_naming_state_and_timeout(state):
     req = request(**{state.key: "90s"})
     j = job(phase, request=req, started=phase is JobPhase.EPILOG, **recorded(state, NOW - 1))
     actions = decide(j, wf(state, ready=False), POLICY, NOW)
-    (raised,) = of(actions, lc.RaiseException)
+    (raised,) = of(actions, act.RaiseException)
     assert raised.note.startswith(f"{state.value} failed: did not complete within 1.5m")
     assert tears_down(actions)
 
@@ -383,7 +385,7 @@ def test_deadline_does_not_apply_once_the_state_is_ready():
 def test_deadline_counts_from_the_patch_when_dws_has_not_caught_up():
     j = job(JobPhase.PROLOG, **recorded(State.SETUP))
     stale = wf(State.DATAIN, state=State.SETUP, ready=True)
-    (event,) = of(decide(j, stale, POLICY, NOW), lc.PostEvent)
+    (event,) = of(decide(j, stale, POLICY, NOW), act.PostEvent)
     assert event.context["deadline"] == NOW + POLICY.timeout("datain").default
 
 
@@ -404,7 +406,7 @@ def test_one_cancel_is_enough_to_reach_teardown_with_hurry(phase, state):
     started = phase in (JobPhase.RUN, JobPhase.EPILOG)
     j = job(phase, started=started, exception=JobException("cancel"), **recorded(state))
     actions = decide(j, wf(state, ready=False), POLICY, NOW)
-    assert not of(actions, lc.RaiseException)
+    assert not of(actions, act.RaiseException)
     assert tears_down(actions)
 
 
@@ -419,7 +421,7 @@ def test_time_limit_after_start_still_runs_postrun_and_dataout():
     j = job(
         JobPhase.EPILOG, started=True, exception=JobException("timeout"), **recorded(State.PRERUN)
     )
-    assert moves(decide(j, wf(State.PRERUN), POLICY, NOW)) == [lc.SetDesiredState(State.POSTRUN)]
+    assert moves(decide(j, wf(State.PRERUN), POLICY, NOW)) == [act.SetDesiredState(State.POSTRUN)]
 
 
 def test_job_that_never_started_goes_straight_to_teardown():
@@ -439,8 +441,8 @@ def test_job_that_never_started_goes_straight_to_teardown():
 def test_workflow_deleted_behind_our_back_fails_the_job_and_releases_holds(phase):
     j = job(phase, started=phase is JobPhase.RUN, **recorded(State.PROPOSAL))
     actions = decide(j, None, POLICY, NOW)
-    assert "deleted outside flux-dws" in of(actions, lc.RaiseException)[0].note
-    assert (lc.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
+    assert "deleted outside flux-dws" in of(actions, act.RaiseException)[0].note
+    assert (act.FinishProlog(False) in actions) == (phase is JobPhase.PROLOG)
 
 
 def test_workflow_deleted_in_epilog_before_teardown_fails_and_finishes_epilog():
@@ -455,15 +457,15 @@ def test_invalid_request_fails_the_job_once():
         "Proposal failed: invalid DWS request: system.dw: bad; "
         "correct the job's #DW directives and submit it again"
     )
-    failed = dataclasses.replace(j, exception=JobException(lc.EXCEPTION_TYPE))
+    failed = dataclasses.replace(j, exception=JobException(EXCEPTION_TYPE))
     assert moves(decide(failed, None, POLICY, NOW)) == []
 
 
 def test_teardown_error_gives_up_deletes_and_lets_the_job_go():
     j = job(JobPhase.EPILOG, started=True, **recorded(State.TEARDOWN, NOW + 100))
     actions = decide(j, wf(State.TEARDOWN, ready=False, status=Status.ERROR), POLICY, NOW)
-    assert [e.name for e in of(actions, lc.PostEvent)] == ["dws-teardown-failed"]
-    assert of(actions, lc.PostEvent)[0].wait  # in Flux before the workflow is deleted
+    assert [e.name for e in of(actions, act.PostEvent)] == ["dws-teardown-failed"]
+    assert of(actions, act.PostEvent)[0].wait  # in Flux before the workflow is deleted
     assert kinds(actions) == ["DeleteWorkflow"]
 
 
@@ -476,13 +478,13 @@ def test_teardown_error_drains_only_the_nodes_still_mounted():
     assert kinds(decide(j, failed, POLICY, NOW))[0] == "ReadFailures"
     stuck = Failures("Teardown", ("c2",), {"c2": "unmount failed: busy"})
     actions = decide(dataclasses.replace(j, failures=stuck), failed, POLICY, NOW)
-    (drain,) = of(actions, lc.DrainNodes)
+    (drain,) = of(actions, act.DrainNodes)
     assert drain.hosts == ("c2",) and "unmount failed" in drain.reason
-    (event,) = of(actions, lc.PostEvent)
+    (event,) = of(actions, act.PostEvent)
     assert event.context["drained"] == ["c2"]
     none = Failures("Teardown", (), {})
     actions = decide(dataclasses.replace(j, failures=none), failed, POLICY, NOW)
-    assert not of(actions, lc.DrainNodes) and kinds(actions)[-1] == "DeleteWorkflow"
+    assert not of(actions, act.DrainNodes) and kinds(actions)[-1] == "DeleteWorkflow"
 
 
 def test_fenced_computes_fail_the_job_and_are_drained():
@@ -491,15 +493,15 @@ def test_fenced_computes_fail_the_job_and_are_drained():
     actions = decide(
         j, wf(State.PRERUN, ready=False, status=Status.ERROR, message=text), POLICY, NOW
     )
-    (drain,) = of(actions, lc.DrainNodes)
+    (drain,) = of(actions, act.DrainNodes)
     assert drain.hosts == ("c2",) and "fenced during the job" in drain.reason
-    assert "c2" in of(actions, lc.RaiseException)[0].note
+    assert "c2" in of(actions, act.RaiseException)[0].note
 
 
 def test_workflow_in_a_state_the_job_phase_does_not_allow_is_torn_down():
     j = job(JobPhase.RUN, started=True, **recorded(State.POSTRUN))
     actions = decide(j, wf(State.POSTRUN), POLICY, NOW)
-    assert "while the job is in run" in of(actions, lc.RaiseException)[0].note
+    assert "while the job is in run" in of(actions, act.RaiseException)[0].note
 
 
 # ----------------------------------------------------------------------------- orphans
@@ -508,9 +510,9 @@ def test_workflow_in_a_state_the_job_phase_does_not_allow_is_torn_down():
 def test_orphan_is_torn_down_then_deleted():
     gone = JobView(42, JobPhase.GONE, userid=-1, groupid=-1)
     assert moves(decide(gone, wf(State.PRERUN), POLICY, NOW)) == [
-        lc.SetDesiredState(State.TEARDOWN, hurry=True)
+        act.SetDesiredState(State.TEARDOWN, hurry=True)
     ]
-    assert moves(decide(gone, wf(State.TEARDOWN), POLICY, NOW)) == [lc.DeleteWorkflow()]
+    assert moves(decide(gone, wf(State.TEARDOWN), POLICY, NOW)) == [act.DeleteWorkflow()]
     assert moves(decide(gone, wf(State.TEARDOWN, deleting=True, finalizers=()), POLICY, NOW)) == []
     assert moves(decide(gone, None, POLICY, NOW)) == []
 
@@ -528,14 +530,14 @@ class World:
     raised: int = 0
     log: list[str] = dataclasses.field(default_factory=list)
 
-    def apply(self, action: lc.Action) -> None:
+    def apply(self, action: act.Action) -> None:
         self.log.append(repr(action))
         j, w = self.job, self.wf
-        if isinstance(action, lc.CreateWorkflow):
+        if isinstance(action, act.CreateWorkflow):
             assert w is None and j.phase is JobPhase.DEPEND
             self.wf = wf(State.PROPOSAL, state=None, ready=False, status=None, since=None)
             self.wf = dataclasses.replace(self.wf, status=None)
-        elif isinstance(action, lc.SetDesiredState):
+        elif isinstance(action, act.SetDesiredState):
             assert w is not None and not w.deleting
             current = w.desired_state
             assert is_legal_transition(current, action.state), (current, action.state)
@@ -552,13 +554,13 @@ class World:
                 self.wf = dataclasses.replace(
                     w, desired_state=action.state, ready=False, status=Status.DRIVER_WAIT
                 )
-        elif isinstance(action, lc.ReadProposal):
+        elif isinstance(action, act.ReadProposal):
             assert w is not None and w.desired_state is State.PROPOSAL and w.complete
             self.job = dataclasses.replace(j, proposal=ProposalInfo())
-        elif isinstance(action, lc.ReleaseDependency):
+        elif isinstance(action, act.ReleaseDependency):
             assert j.phase is JobPhase.DEPEND and j.exception is None
             self.job = dataclasses.replace(j, phase=JobPhase.SCHED)
-        elif isinstance(action, lc.FinishProlog):
+        elif isinstance(action, act.FinishProlog):
             assert j.phase is JobPhase.PROLOG
             if action.success:
                 assert w is not None and w.desired_state is State.PRERUN and w.complete
@@ -566,24 +568,24 @@ class World:
             else:
                 assert j.exception is not None, "a failed prolog without an exception"
                 self.job = dataclasses.replace(j, phase=JobPhase.EPILOG)
-        elif isinstance(action, lc.FinishEpilog):
+        elif isinstance(action, act.FinishEpilog):
             assert j.phase is JobPhase.EPILOG
             assert w is None or (w.deleting and FINALIZER not in w.finalizers)
             self.job = dataclasses.replace(j, phase=JobPhase.GONE)
-        elif isinstance(action, lc.RaiseException):
+        elif isinstance(action, act.RaiseException):
             assert j.exception is None or j.exception.severity != 0, "second fatal exception"
             self.raised += 1
             self.job = dataclasses.replace(j, exception=JobException(action.type, 0, action.note))
             self._exception_moves_job()
-        elif isinstance(action, lc.PostEvent):
+        elif isinstance(action, act.PostEvent):
             self._record(action)
-        elif isinstance(action, lc.DeleteWorkflow):
+        elif isinstance(action, act.DeleteWorkflow):
             assert w is not None and w.desired_state is State.TEARDOWN
             self.wf = None
         else:
-            assert isinstance(action, lc.WakeAt) and action.time > self.now
+            assert isinstance(action, act.WakeAt) and action.time > self.now
 
-    def _record(self, event: lc.PostEvent) -> None:
+    def _record(self, event: act.PostEvent) -> None:
         ctx, j = event.context, self.job
         if event.name == "dws-workflow":
             self.job = dataclasses.replace(j, workflow_created=True)
@@ -725,36 +727,36 @@ def test_every_state_status_phase_gives_only_legal_consistent_actions(
     )
     actions = decide(j, view, POLICY, NOW)
     for action in actions:
-        if isinstance(action, lc.SetDesiredState):
+        if isinstance(action, act.SetDesiredState):
             assert is_legal_transition(state, action.state)
             if action.state not in (state, State.TEARDOWN):
                 assert view.complete, "advanced from a state that is not complete"
             assert not action.hurry or action.state is State.TEARDOWN
-        if isinstance(action, lc.FinishProlog):
+        if isinstance(action, act.FinishProlog):
             assert phase is JobPhase.PROLOG
             if not action.success:  # a failed prolog always comes with a fatal exception
-                assert j.exception or of(actions, lc.RaiseException)
-        assert not isinstance(action, lc.FinishEpilog) or phase is JobPhase.EPILOG
-        assert not isinstance(action, lc.ReleaseDependency) or phase is JobPhase.DEPEND
-        assert not isinstance(action, lc.CreateWorkflow)
+                assert j.exception or of(actions, act.RaiseException)
+        assert not isinstance(action, act.FinishEpilog) or phase is JobPhase.EPILOG
+        assert not isinstance(action, act.ReleaseDependency) or phase is JobPhase.DEPEND
+        assert not isinstance(action, act.CreateWorkflow)
     if j.exception is not None:
-        assert not of(actions, lc.RaiseException), "a second fatal exception"
+        assert not of(actions, act.RaiseException), "a second fatal exception"
     if settled and status is Status.ERROR and state is not State.TEARDOWN:
-        teardown = lc.SetDesiredState(State.TEARDOWN, hurry=True)
-        if of(actions, lc.ReadFailures):  # Setup/PreRun: find the failed nodes first
+        teardown = act.SetDesiredState(State.TEARDOWN, hurry=True)
+        if of(actions, act.ReadFailures):  # Setup/PreRun: find the failed nodes first
             assert phase is JobPhase.PROLOG and state in (State.SETUP, State.PRERUN)
-            assert actions == [lc.ReadFailures(state)]
+            assert actions == [act.ReadFailures(state)]
             return
         assert teardown in actions
-        assert j.exception or of(actions, lc.RaiseException)
+        assert j.exception or of(actions, act.RaiseException)
 
 
 def test_asking_again_for_a_recorded_state_records_it_only_once():
     # a cancelled job whose Teardown request is still on its way when DWS reports PreRun again
     j = job(JobPhase.PROLOG, exception=JobException("cancel"), **recorded(State.TEARDOWN))
     actions = decide(j, wf(State.PRERUN, ready=False), POLICY, NOW)
-    assert lc.SetDesiredState(State.TEARDOWN, hurry=True) in actions
-    assert not [e for e in of(actions, lc.PostEvent) if e.name == "dws-state"]
+    assert act.SetDesiredState(State.TEARDOWN, hurry=True) in actions
+    assert not [e for e in of(actions, act.PostEvent) if e.name == "dws-state"]
 
 
 # ----------------------------------------------------------------------------- unreadable
@@ -765,7 +767,7 @@ PROBLEM = "status.drivers: not a list"
 
 def test_an_unreadable_workflow_holds_the_job_until_its_states_deadline():
     j = job(JobPhase.PROLOG, **recorded(State.SETUP, NOW + 100))
-    assert lc.decide_unreadable(j, NAME, PROBLEM, NOW - 5, POLICY, NOW) == [lc.WakeAt(NOW + 100)]
+    assert lc.decide_unreadable(j, NAME, PROBLEM, NOW - 5, POLICY, NOW) == [act.WakeAt(NOW + 100)]
 
 
 def test_an_unreadable_workflow_past_the_deadline_fails_the_job_and_asks_teardown():
@@ -773,9 +775,9 @@ def test_an_unreadable_workflow_past_the_deadline_fails_the_job_and_asks_teardow
     actions = lc.decide_unreadable(j, NAME, PROBLEM, NOW - 50, POLICY, NOW)
     assert tears_down(actions)
     assert kinds(actions) == ["SetDesiredState", "RaiseException", "FinishProlog"]
-    (note,) = [a.note for a in of(actions, lc.RaiseException)]
+    (note,) = [a.note for a in of(actions, act.RaiseException)]
     assert note.startswith("PreRun failed: the workflow cannot be read: status.drivers")
-    (state,) = of(actions, lc.PostEvent)  # the reason is kept with Teardown, before it
+    (state,) = of(actions, act.PostEvent)  # the reason is kept with Teardown, before it
     assert state.wait and state.context["reason"] == note
 
 
@@ -783,9 +785,9 @@ def test_an_unreadable_workflow_before_any_state_is_bounded_by_proposals_timeout
     j = job(JobPhase.DEPEND, proposal_recorded=False)
     limit = POLICY.timeout("proposal").default
     actions = lc.decide_unreadable(j, NAME, PROBLEM, NOW, POLICY, NOW)
-    assert actions == [lc.WakeAt(NOW + limit)]
+    assert actions == [act.WakeAt(NOW + limit)]
     late = lc.decide_unreadable(j, NAME, PROBLEM, NOW, POLICY, NOW + limit)
-    assert tears_down(late) and of(late, lc.RaiseException)
+    assert tears_down(late) and of(late, act.RaiseException)
 
 
 def test_a_workflow_unreadable_past_teardowns_deadline_is_deleted_and_the_job_let_go():
@@ -796,7 +798,7 @@ def test_a_workflow_unreadable_past_teardowns_deadline_is_deleted_and_the_job_le
         **recorded(State.TEARDOWN, NOW - 1),
     )
     actions = lc.decide_unreadable(j, NAME, PROBLEM, NOW - 500, POLICY, NOW)
-    (event,) = of(actions, lc.PostEvent)
+    (event,) = of(actions, act.PostEvent)
     assert event.name == "dws-teardown-failed" and event.wait
     assert event.context["workflow"] == NAME and PROBLEM in event.context["reason"]
     assert kinds(actions) == ["DeleteWorkflow", "FinishEpilog"]
@@ -805,7 +807,7 @@ def test_a_workflow_unreadable_past_teardowns_deadline_is_deleted_and_the_job_le
         "DeleteWorkflow",
         "FinishEpilog",
     ]
-    assert not of(lc.decide_unreadable(again, NAME, PROBLEM, 0, POLICY, NOW), lc.PostEvent)
+    assert not of(lc.decide_unreadable(again, NAME, PROBLEM, 0, POLICY, NOW), act.PostEvent)
 
 
 def test_an_orphans_unreadable_workflow_is_left_alone():
@@ -816,5 +818,5 @@ def test_an_orphans_unreadable_workflow_is_left_alone():
 def test_an_unreadable_problem_is_shown_readable_and_bounded():
     j = job(JobPhase.RUN, started=True, **recorded(State.PRERUN, NOW - 1))
     actions = lc.decide_unreadable(j, NAME, "\x1b]0;pwned\x07" + "x" * 5000, 0, POLICY, NOW)
-    (note,) = [a.note for a in of(actions, lc.RaiseException)]
+    (note,) = [a.note for a in of(actions, act.RaiseException)]
     assert "\x1b" not in note and "\x07" not in note and len(note) < 1000

@@ -21,9 +21,10 @@ from test_untrusted import unknown_uid
 from flux_dws.base.jobid import f58
 from flux_dws.cli import main as cli_main
 from flux_dws.cli.sources import StackSource
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core.health import Failures
-from flux_dws.core.lifecycle import JobPhase, JobView, ProposalInfo, decide
+from flux_dws.core.jobview import JobPhase, JobView, ProposalInfo
+from flux_dws.core.lifecycle import decide
 from flux_dws.core.messages import directive_index, dws_reason, failure_note, next_step
 from flux_dws.core.policy import Policy, policy_from_table
 from flux_dws.core.release import RELEASE_ANNOTATION, RecordRelease, ReleaseMark
@@ -153,7 +154,7 @@ def test_container_failures_read_the_same_way_from_decide(
         proposal_recorded=True,
         posted_state=State.POSTRUN,
     )
-    raised = [a for a in decide(job, wf, Policy(), 0.0) if isinstance(a, lc.RaiseException)]
+    raised = [a for a in decide(job, wf, Policy(), 0.0) if isinstance(a, act.RaiseException)]
     assert len(raised) == 1
     note = raised[0].note
     assert FORM.match(note)
@@ -330,17 +331,17 @@ PATHS = {
 }
 
 
-def failure_texts(actions: list[lc.Action]) -> list[str]:
+def failure_texts(actions: list[act.Action]) -> list[str]:
     """Every text in ``actions`` that tells a user something failed."""
     texts = []
     for action in actions:
-        if isinstance(action, lc.RaiseException):
+        if isinstance(action, act.RaiseException):
             texts.append(action.note)
-        elif isinstance(action, lc.PostEvent) and action.name in ("dws-teardown-failed",):
+        elif isinstance(action, act.PostEvent) and action.name in ("dws-teardown-failed",):
             texts.append(action.context["reason"])
-        elif isinstance(action, lc.PostEvent) and action.context.get("reason"):
+        elif isinstance(action, act.PostEvent) and action.context.get("reason"):
             texts.append(action.context["reason"])  # dws-state Teardown, dws-release
-        elif isinstance(action, lc.SaveOutput) and "note" in action.event:
+        elif isinstance(action, act.SaveOutput) and "note" in action.event:
             texts.append(action.event["note"])
         elif isinstance(action, RecordRelease) and action.outcome.get("status") == "failed":
             texts.append(action.outcome["message"])
@@ -360,7 +361,7 @@ def test_every_failure_decide_finds_reads_one_way(path: str) -> None:
 class _Checked(World):
     """The lifecycle model (tests/test_lifecycle.py), checking every failure text."""
 
-    def apply(self, action: lc.Action) -> None:
+    def apply(self, action: act.Action) -> None:
         for text in failure_texts([action]):
             assert FORM.match(text), text
         super().apply(action)

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flux_dws.base.jobid import f58
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core.copies import (
     DIRECTIVE_INDEX_LABEL,
     INITIATOR_LABEL,
@@ -28,7 +28,8 @@ from flux_dws.core.copies import (
     go_duration,
     pending_copies,
 )
-from flux_dws.core.lifecycle import JobPhase, decide
+from flux_dws.core.jobview import JobPhase, JobView
+from flux_dws.core.lifecycle import decide
 from flux_dws.core.output import pod_containers, read_saved, tail, tail_lines
 from flux_dws.core.states import State, Status
 from flux_dws.flux.records import job_view
@@ -168,7 +169,7 @@ def test_tail_keeps_whole_lines_and_replaces_nul():
 # ----------------------------------------------------------------------------- decisions
 
 
-def copy_job(phase: JobPhase, **kw) -> lc.JobView:
+def copy_job(phase: JobPhase, **kw) -> JobView:
     return job(phase, request=request(*DIRECTIVES), **kw)
 
 
@@ -179,34 +180,34 @@ def copy_wf(state: State, **kw):
 def test_datain_copies_are_recorded_before_prerun_is_asked_for():
     j = copy_job(JobPhase.PROLOG, **recorded(State.DATAIN))
     actions = decide(j, copy_wf(State.DATAIN), POLICY, NOW)
-    assert actions == [lc.RecordCopies(State.DATAIN, (1, 2))]
+    assert actions == [act.RecordCopies(State.DATAIN, (1, 2))]
     j = dataclasses.replace(j, copies_recorded=(State.DATAIN, 1))
-    assert decide(j, copy_wf(State.DATAIN), POLICY, NOW) == [lc.RecordCopies(State.DATAIN, (2,))]
+    assert decide(j, copy_wf(State.DATAIN), POLICY, NOW) == [act.RecordCopies(State.DATAIN, (2,))]
     j = dataclasses.replace(j, copies_recorded=(State.DATAIN, 2))
     asked = [
         a
         for a in decide(j, copy_wf(State.DATAIN), POLICY, NOW)
-        if isinstance(a, lc.SetDesiredState)
+        if isinstance(a, act.SetDesiredState)
     ]
-    assert asked == [lc.SetDesiredState(State.PRERUN)]
+    assert asked == [act.SetDesiredState(State.PRERUN)]
 
 
 def test_failed_datain_is_recorded_first_then_torn_down():
     j = copy_job(JobPhase.PROLOG, **recorded(State.DATAIN))
     failed = copy_wf(State.DATAIN, ready=False, status=Status.ERROR, message="DW Directive 2: x")
-    assert decide(j, failed, POLICY, NOW) == [lc.RecordCopies(State.DATAIN, (1, 2))]
+    assert decide(j, failed, POLICY, NOW) == [act.RecordCopies(State.DATAIN, (1, 2))]
     j = dataclasses.replace(j, copies_recorded=(State.DATAIN, 2))
     actions = decide(j, failed, POLICY, NOW)
-    assert lc.SetDesiredState(State.TEARDOWN, hurry=True) in actions
+    assert act.SetDesiredState(State.TEARDOWN, hurry=True) in actions
 
 
 def test_dataout_copies_are_recorded_before_teardown_and_not_while_moving():
     j = copy_job(
         JobPhase.EPILOG, started=True, copies_recorded=(State.DATAIN, 2), **recorded(State.DATAOUT)
     )
-    assert decide(j, copy_wf(State.DATAOUT), POLICY, NOW) == [lc.RecordCopies(State.DATAOUT, (3,))]
+    assert decide(j, copy_wf(State.DATAOUT), POLICY, NOW) == [act.RecordCopies(State.DATAOUT, (3,))]
     moving = decide(j, copy_wf(State.DATAOUT, ready=False), POLICY, NOW)
-    assert not [a for a in moving if isinstance(a, lc.RecordCopies)]
+    assert not [a for a in moving if isinstance(a, act.RecordCopies)]
 
 
 def test_latest_copy_record_comes_back_from_the_job_record():

@@ -17,11 +17,12 @@ import pytest
 from test_lifecycle import JOBDW, NOW, job, wf
 
 from flux_dws.base.errors import PolicyError, RequestError
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core import release as rl
 from flux_dws.core.health import Failures, unmount_failures
 from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL
-from flux_dws.core.lifecycle import JobException, JobPhase, JobView, decide
+from flux_dws.core.jobview import JobException, JobPhase, JobView
+from flux_dws.core.lifecycle import decide
 from flux_dws.core.policy import policy_from_table
 from flux_dws.core.request import DwRequest, request_from_attributes
 from flux_dws.core.states import State, Status
@@ -60,7 +61,7 @@ def marked(view, mark: rl.ReleaseMark):
     return dataclasses.replace(view, annotations={rl.RELEASE_ANNOTATION: mark.to_annotation()})
 
 
-def of(actions: list[lc.Action], kind: type) -> list[Any]:
+def of(actions: list[act.Action], kind: type) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
 
@@ -99,8 +100,8 @@ def test_the_choice_survives_the_stored_request() -> None:
 
 
 def test_postrun_ready_reads_the_clientmounts_first() -> None:
-    assert of(decide(ended(), wf(State.POSTRUN), EARLY, NOW), lc.ReadFailures) == [
-        lc.ReadFailures(State.POSTRUN)
+    assert of(decide(ended(), wf(State.POSTRUN), EARLY, NOW), act.ReadFailures) == [
+        act.ReadFailures(State.POSTRUN)
     ]
 
 
@@ -112,9 +113,9 @@ def test_all_unmounted_releases_the_nodes_holding_the_ssd_parts_first() -> None:
     assert names.index("HoldStorage") < names.index("FinishEpilog")
     assert names.index("MarkReleased") < names.index("FinishEpilog")
     assert names[-1] == "FinishEpilog"
-    assert of(actions, lc.SetDesiredState)[0].state is State.DATAOUT
+    assert of(actions, act.SetDesiredState)[0].state is State.DATAOUT
     assert of(actions, rl.HoldStorage) == [rl.HoldStorage(SSD)]
-    event = next(a for a in of(actions, lc.PostEvent) if a.name == "dws-release")
+    event = next(a for a in of(actions, act.PostEvent) if a.name == "dws-release")
     # in Flux before DataOut is asked: a restart must find the job released, or DataOut's
     # outcome would go unsaved (the release would be decided after DataOut was over)
     assert event.wait and actions.index(event) < names.index("SetDesiredState")
@@ -122,7 +123,7 @@ def test_all_unmounted_releases_the_nodes_holding_the_ssd_parts_first() -> None:
     assert "reason" not in event.context
     mark = of(actions, rl.MarkReleased)[0].mark
     assert mark.ssd == SSD and mark.dataout == 3600 and mark.teardown == 1800
-    assert not of(actions, lc.DrainNodes) and not of(actions, lc.RaiseException)
+    assert not of(actions, act.DrainNodes) and not of(actions, act.RaiseException)
 
 
 def test_policy_off_or_job_choosing_safe_holds_the_nodes_as_today() -> None:
@@ -132,15 +133,15 @@ def test_policy_off_or_job_choosing_safe_holds_the_nodes_as_today() -> None:
     ):
         actions = decide(view, wf(State.POSTRUN), policy, NOW)
         assert [type(a).__name__ for a in lc_moves(actions)] == ["SetDesiredState"]
-        assert of(actions, lc.SetDesiredState)[0].state is State.DATAOUT
+        assert of(actions, act.SetDesiredState)[0].state is State.DATAOUT
 
 
-def lc_moves(actions: list[lc.Action]) -> list[lc.Action]:
-    return [a for a in actions if not isinstance(a, lc.PostEvent)]
+def lc_moves(actions: list[act.Action]) -> list[act.Action]:
+    return [a for a in actions if not isinstance(a, act.PostEvent)]
 
 
 def test_not_yet_ready_waits_and_a_job_that_never_ran_is_not_released_early() -> None:
-    assert not of(decide(ended(), wf(State.POSTRUN, ready=False), EARLY, NOW), lc.FinishEpilog)
+    assert not of(decide(ended(), wf(State.POSTRUN, ready=False), EARLY, NOW), act.FinishEpilog)
     never = ended(started=False, failures=unmounted())
     assert not of(decide(never, wf(State.POSTRUN), EARLY, NOW), rl.MarkReleased)
 
@@ -148,12 +149,12 @@ def test_not_yet_ready_waits_and_a_job_that_never_ran_is_not_released_early() ->
 def test_stuck_unmount_past_the_deadline_drains_that_node_alone_and_releases_the_rest() -> None:
     view = ended(deadline=NOW - 1, failures=unmounted("node2"))
     actions = decide(view, wf(State.POSTRUN, ready=False), EARLY, NOW)
-    drains = of(actions, lc.DrainNodes)
+    drains = of(actions, act.DrainNodes)
     assert [d.hosts for d in drains] == [("node2",)]
     assert "job ƒ" in drains[0].reason or "job f" in drains[0].reason
     assert "fluxjob-test-42" in drains[0].reason and "PostRun did not unmount" in drains[0].reason
-    assert of(actions, lc.SetDesiredState)[0].state is State.TEARDOWN
-    assert "still mounted on node2" in of(actions, lc.RaiseException)[0].note
+    assert of(actions, act.SetDesiredState)[0].state is State.TEARDOWN
+    assert "still mounted on node2" in of(actions, act.RaiseException)[0].note
     assert of(actions, rl.MarkReleased)[0].mark.drained == ("node2",)
     names = [type(a).__name__ for a in actions]
     assert names.index("DrainNodes") < names.index("FinishEpilog") == len(names) - 1
@@ -161,12 +162,12 @@ def test_stuck_unmount_past_the_deadline_drains_that_node_alone_and_releases_the
 
 def test_a_restart_inside_the_release_finishes_it_without_posting_again() -> None:
     first = decide(ended(failures=unmounted()), wf(State.POSTRUN), EARLY, NOW)
-    event = next(a for a in of(first, lc.PostEvent) if a.name == "dws-release")
+    event = next(a for a in of(first, act.PostEvent) if a.name == "dws-release")
     mark = of(first, rl.MarkReleased)[0].mark
     # killed after the event and the DataOut patch: the job is still in its epilog
     again = ended(release=event.context, posted_state=State.DATAOUT)
     actions = decide(again, wf(State.DATAOUT, ready=False), EARLY, NOW)
-    assert not [a for a in of(actions, lc.PostEvent) if a.name == "dws-release"]
+    assert not [a for a in of(actions, act.PostEvent) if a.name == "dws-release"]
     assert [type(a).__name__ for a in lc_moves(actions)] == [
         "HoldStorage",
         "MarkReleased",
@@ -177,7 +178,7 @@ def test_a_restart_inside_the_release_finishes_it_without_posting_again() -> Non
     assert [type(a).__name__ for a in lc_moves(done)] == ["HoldStorage", "FinishEpilog"]
     # even when DataOut completes before the epilog could finish, the job is not held on
     late = decide(again, marked(wf(State.DATAOUT), mark), EARLY, NOW)
-    assert of(late, lc.FinishEpilog) and not of(late, lc.RecordCopies)
+    assert of(late, act.FinishEpilog) and not of(late, act.RecordCopies)
 
 
 # ---- after the release: the workflow alone ------------------------------------------------
@@ -188,14 +189,14 @@ MARK = rl.ReleaseMark(ssd=SSD, dataout=3600.0, teardown=1800.0)
 
 def test_dataout_running_waits_for_its_deadline() -> None:
     actions = decide(GONE, marked(wf(State.DATAOUT, ready=False, since=NOW - 10), MARK), EARLY, NOW)
-    assert actions == [rl.HoldStorage(SSD), lc.WakeAt(NOW - 10 + 3600)]
+    assert actions == [rl.HoldStorage(SSD), act.WakeAt(NOW - 10 + 3600)]
 
 
 def test_dataout_done_is_recorded_before_teardown_is_asked() -> None:
     actions = decide(GONE, marked(wf(State.DATAOUT), MARK), EARLY, NOW)[1:]
     assert [type(a).__name__ for a in actions] == ["RecordRelease", "SetDesiredState"]
     assert actions[0].state == "DataOut" and actions[0].outcome["status"] == "done"
-    assert actions[1] == lc.SetDesiredState(State.TEARDOWN)
+    assert actions[1] == act.SetDesiredState(State.TEARDOWN)
 
 
 def test_a_done_state_is_dated_by_dws_the_same_on_every_decision() -> None:
@@ -225,7 +226,7 @@ def test_dataout_failed_or_late_is_recorded_then_torn_down(view, words: str) -> 
     assert held == rl.HoldStorage(SSD)
     assert record.state == "DataOut" and record.outcome["status"] == "failed"
     assert words in record.outcome["message"]
-    assert teardown == lc.SetDesiredState(State.TEARDOWN, hurry=True)
+    assert teardown == act.SetDesiredState(State.TEARDOWN, hurry=True)
 
 
 def test_teardown_done_returns_the_parts_before_the_workflow_is_deleted() -> None:
@@ -240,8 +241,8 @@ def test_teardown_done_returns_the_parts_before_the_workflow_is_deleted() -> Non
 
 def test_teardown_running_keeps_the_parts_and_a_stuck_one_gives_them_back_loudly() -> None:
     running = decide(GONE, marked(wf(State.TEARDOWN, ready=False, since=NOW - 5), MARK), EARLY, NOW)
-    assert not of(running, rl.ReturnStorage) and not of(running, lc.DeleteWorkflow)
-    assert running == [rl.HoldStorage(SSD), lc.WakeAt(NOW - 5 + 1800)]
+    assert not of(running, rl.ReturnStorage) and not of(running, act.DeleteWorkflow)
+    assert running == [rl.HoldStorage(SSD), act.WakeAt(NOW - 5 + 1800)]
     stuck = decide(
         GONE, marked(wf(State.TEARDOWN, ready=False, since=NOW - 1801), MARK), EARLY, NOW
     )
@@ -259,10 +260,10 @@ def test_never_returned_before_teardown_whatever_the_state() -> None:
 
 def test_a_released_workflow_is_not_swept_as_an_orphan_but_an_unmarked_one_is() -> None:
     assert decide(GONE, wf(State.DATAOUT, ready=False), EARLY, NOW) == [
-        lc.SetDesiredState(State.TEARDOWN, hurry=True)
+        act.SetDesiredState(State.TEARDOWN, hurry=True)
     ]
     assert not of(
-        decide(GONE, marked(wf(State.DATAOUT, ready=False), MARK), EARLY, NOW), lc.SetDesiredState
+        decide(GONE, marked(wf(State.DATAOUT, ready=False), MARK), EARLY, NOW), act.SetDesiredState
     )
 
 
@@ -280,7 +281,7 @@ def test_mark_round_trips_and_a_bad_one_holds_nothing() -> None:
     # a released workflow whose mark is unreadable is still finished without its job
     broken = marked(wf(State.POSTRUN), rl.ReleaseMark())
     broken = dataclasses.replace(broken, annotations={rl.RELEASE_ANNOTATION: "{"})
-    assert decide(GONE, broken, EARLY, NOW) == [lc.SetDesiredState(State.TEARDOWN, hurry=True)]
+    assert decide(GONE, broken, EARLY, NOW) == [act.SetDesiredState(State.TEARDOWN, hurry=True)]
 
 
 def test_every_decision_before_teardown_is_over_holds_the_parts_again() -> None:
@@ -319,7 +320,7 @@ def test_unmount_failures_names_the_nodes_still_mounted() -> None:
 def test_exception_aborting_before_the_release_keeps_todays_path() -> None:
     cancelled = ended(exception=JobException("cancel"), failures=unmounted())
     actions = decide(cancelled, wf(State.POSTRUN), EARLY, NOW)
-    assert not of(actions, rl.MarkReleased) and not of(actions, lc.FinishEpilog)
+    assert not of(actions, rl.MarkReleased) and not of(actions, act.FinishEpilog)
 
 
 def test_cleanup_leaves_a_released_workflow_to_the_service() -> None:
@@ -339,7 +340,7 @@ def test_a_released_job_whose_workflow_vanished_gives_its_parts_back() -> None:
     view = ended(release={"drained": []}, posted_state=State.DATAOUT)
     actions = decide(view, None, EARLY, NOW)
     assert of(actions, rl.ReturnStorage) == [rl.ReturnStorage(SSD)]
-    assert isinstance(actions[-1], lc.FinishEpilog)
+    assert isinstance(actions[-1], act.FinishEpilog)
 
 
 def _listed(annotations: Any, *, deleting: bool = False, ours: bool = True) -> dict[str, Any]:

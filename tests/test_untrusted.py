@@ -22,7 +22,9 @@ from flux_dws.base.errors import PolicyError
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import jansson_problem, json_safe
 from flux_dws.base.untrusted import text as one_line
-from flux_dws.core.lifecycle import JobPhase, JobView, RaiseException, decide
+from flux_dws.core.actions import RaiseException
+from flux_dws.core.jobview import JobPhase, JobView
+from flux_dws.core.lifecycle import decide
 from flux_dws.core.policy import Policy, policy_from_table
 from flux_dws.core.request import MAX_DIRECTIVE_BYTES, request_from_attributes
 from flux_dws.core.states import State

@@ -18,13 +18,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Union
+from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core import softdrain
+from flux_dws.core.actions import (
+    Action,
+    CreateWorkflow,
+    DeleteWorkflow,
+    DrainNodes,
+    FinishEpilog,
+    FinishProlog,
+    ForceReady,
+    PostEvent,
+    RaiseException,
+    ReadFailures,
+    ReadProposal,
+    RecordCopies,
+    ReleaseDependency,
+    SaveOutput,
+    SetDesiredState,
+    WakeAt,
+)
 from flux_dws.core.copies import pending_copies
 from flux_dws.core.health import (
     FENCED,
@@ -37,6 +53,10 @@ from flux_dws.core.health import (
 from flux_dws.core.identity import FINALIZER
 from flux_dws.core.jobenv import env_problem, token_problem, token_required, token_secret_for
 from flux_dws.core.jobspec import release_update
+from flux_dws.core.jobview import (
+    JobPhase,
+    JobView,
+)
 from flux_dws.core.messages import directive_index, directive_of, dws_reason, failure_note
 from flux_dws.core.policy import Policy
 from flux_dws.core.release import (
@@ -47,251 +67,9 @@ from flux_dws.core.release import (
     ReturnStorage,
     read_mark,
 )
-from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
-from flux_dws.core.storage import AllocationNeed, StorageError, jobspec_storage
+from flux_dws.core.storage import StorageError
 from flux_dws.core.workflow import ContainerState, WorkflowView
-
-#: Exception type flux-dws raises on jobs.
-EXCEPTION_TYPE = "dws"
-#: Fatal exception types that end a job's workflow at once, even after the job has run.
-#: Any other fatal exception after the job started (e.g. its time limit) still lets the
-#: workflow finish PostRun and DataOut, so the job's data is copied out.
-ABORT_TYPES = frozenset({"cancel", EXCEPTION_TYPE})
-
-
-class JobPhase(str, Enum):
-    """Where the jobtap plugin holds the job (or that nothing holds it any more)."""
-
-    DEPEND = "depend"  # held in DEPEND until Proposal is ready and the needs are in the jobspec
-    SCHED = "sched"  # dependency released; waiting for resources
-    PROLOG = "prolog"  # allocated; prolog held until PreRun is ready
-    RUN = "run"  # prolog finished: tasks starting or started (once finished, not yet released)
-    EPILOG = "epilog"  # released or never started; epilog held until the workflow is gone
-    GONE = "gone"  # inactive or unknown: nothing holds it (an orphan's workflow)
-
-
-@dataclass(frozen=True)
-class JobException:
-    """The first fatal exception seen on the job."""
-
-    type: str
-    severity: int = 0
-    note: str = ""
-
-    @property
-    def aborts(self) -> bool:
-        return self.severity == 0 and self.type in ABORT_TYPES
-
-
-@dataclass(frozen=True)
-class ProposalInfo:
-    """What flux-dws reads once Proposal is ready (breakdowns, pinned container profile)."""
-
-    needs: tuple[AllocationNeed, ...] = ()
-    container_timeouts: Mapping[str, float] = field(default_factory=dict)  # prerun/postrun
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "storage": jobspec_storage(self.needs),
-            "needs": [n.to_json() for n in self.needs],
-            "container_timeouts": {k: format_fsd(v) for k, v in self.container_timeouts.items()},
-        }
-
-
-@dataclass(frozen=True)
-class JobView:
-    """What Flux says about the job, and what flux-dws recorded on it earlier."""
-
-    jobid: int
-    phase: JobPhase
-    userid: int
-    groupid: int
-    request: DwRequest | None = None
-    request_error: str = ""  # why system.dw / dw_timeout were refused, when they were
-    hosts: tuple[str, ...] = ()  # compute nodes, once allocated
-    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) Fluxion allocated, if it did
-    resources: Any = None  # the jobspec's resources (updates included)
-    constraints: Any = None  # attributes.system.constraints as submitted (RFC 31), if any
-    started: bool = False  # the job's tasks were started
-    exception: JobException | None = None  # first fatal exception, from anyone
-    # recorded by flux-dws as job events (so they survive a restart of the service):
-    workflow_created: bool = False  # dws-workflow
-    proposal_recorded: bool = False  # dws-proposal
-    posted_state: State | None = None  # dws-state: the desiredState last recorded
-    deadline: float | None = None  # dws-state: absolute deadline for posted_state
-    teardown_reason: str = ""  # dws-state Teardown: why flux-dws aborted the workflow
-    transient: tuple[State, float] | None = None  # dws-transient: (state, since)
-    container_recorded: ContainerState | None = None  # dws-container
-    tolerated: tuple[str, ...] = ()  # dws-tolerated: nodes the job goes on without
-    teardown_failed: bool = False  # dws-teardown-failed
-    copies_recorded: tuple[State, int] | None = None  # dws-datamovement: latest (state, index)
-    release: Mapping[str, Any] | None = None  # dws-release: the nodes go back early
-    ssd: tuple[str, ...] = ()  # the job's ssd vertex paths in Fluxion's graph (from its R)
-    # read by the service from Kubernetes once Proposal is ready (re-read after a restart):
-    proposal: ProposalInfo | None = None
-    # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
-    failures: Failures | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.phase is not JobPhase.GONE
-
-
-# ----------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class CreateWorkflow:
-    """Create the job's workflow in Proposal (idempotent: an existing one of ours is kept)."""
-
-    directives: tuple[str, ...]
-    userid: int
-    groupid: int
-
-
-@dataclass(frozen=True)
-class SetDesiredState:
-    """Ask DWS for ``state``; for Setup, first tell DWS where the job runs (``assign``).
-
-    ``assign`` holds the job's compute nodes: they go into the workflow's Computes and each
-    rabbit's share of the storage into the Servers resources (on the rabbits Fluxion
-    allocated, when ``rabbits`` says; else as the SystemConfiguration maps the nodes), then
-    the state is asked for, in one go.  Computes is only read from DataIn on; writing it
-    with the Servers (as flux-coral2 does) makes Setup -> DataIn a single patch.
-    """
-
-    state: State
-    hurry: bool = False
-    assign: tuple[str, ...] = ()
-    rabbits: tuple[tuple[str, str], ...] = ()  # (host, rabbit) from the job's R, if Fluxion
-
-
-@dataclass(frozen=True)
-class ReadProposal:
-    """Read the DirectiveBreakdowns and the pinned container profile into JobView.proposal."""
-
-
-@dataclass(frozen=True)
-class ReleaseDependency:
-    """Put the storage needs into the jobspec and remove the job's dependency."""
-
-    jobspec_update: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class FinishProlog:
-    """End the prolog hold: with the workflow's environment, or failed (the job never runs)."""
-
-    success: bool
-    env: Mapping[str, str] = field(default_factory=dict)
-    token_secret: tuple[str, str] | None = None  # (namespace, name) -> DW_WORKFLOW_TOKEN
-    token_required: bool = False  # copy-offload: no token, no start
-
-
-@dataclass(frozen=True)
-class FinishEpilog:
-    """End the epilog hold: the workflow is gone, nothing more to wait for."""
-
-
-@dataclass(frozen=True)
-class RaiseException:
-    note: str
-    severity: int = 0
-    type: str = EXCEPTION_TYPE
-
-
-@dataclass(frozen=True)
-class PostEvent:
-    """Record something on the job's eventlog (for users, and for the next decide()).
-
-    ``wait``: the chain goes on only once Flux has taken the event.  For the events the
-    workflow's next move depends on after a restart (an abort's reason before Teardown, the
-    release before DataOut): a service killed between the two must not leave the workflow
-    ahead of the story on the job.  Other posts go on at once (they are off the critical path).
-    """
-
-    name: str
-    context: Mapping[str, Any]
-    wait: bool = False
-
-
-@dataclass(frozen=True)
-class RecordCopies:
-    """Read the workflow's NnfDataMovements and post one ``dws-datamovement`` per copy
-    directive of ``state`` in ``indices`` (in order); a failed copy fails the job with a note
-    naming the directive and its first error (the next decision sees that exception)."""
-
-    state: State
-    indices: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class SaveOutput:
-    """Save the containers' exit codes and log tails in the job's KVS, then post
-    ``dws-container`` (``event`` plus each container's exit code and reason).  Decided before
-    anything that could remove the pods (Teardown), and only while dws-container is not on the
-    job, so a restart in between saves the same output again, never twice over."""
-
-    event: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class DeleteWorkflow:
-    """Remove our finalizer and delete the workflow (its companions go with it)."""
-
-
-@dataclass(frozen=True)
-class ReadFailures:
-    """Find which compute nodes failed ``state`` (Servers in Setup, ClientMounts in PreRun,
-    ClientMounts still mounted in Teardown) into JobView.failures."""
-
-    state: State
-
-
-@dataclass(frozen=True)
-class DrainNodes:
-    """Drain ``hosts`` in Flux with ``reason`` (a job's failed or stuck nodes)."""
-
-    hosts: tuple[str, ...]
-    reason: str
-
-
-@dataclass(frozen=True)
-class ForceReady:
-    """Write Computes without the failed nodes, then set spec.forceReady on the workflow."""
-
-    computes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class WakeAt:
-    """Call decide() again at this time even if nothing else happens (a deadline)."""
-
-    time: float
-
-
-Action = Union[
-    CreateWorkflow,
-    SetDesiredState,
-    ReadProposal,
-    ReleaseDependency,
-    FinishProlog,
-    FinishEpilog,
-    RaiseException,
-    PostEvent,
-    RecordCopies,
-    SaveOutput,
-    DeleteWorkflow,
-    ReadFailures,
-    DrainNodes,
-    ForceReady,
-    WakeAt,
-    HoldStorage,
-    ReturnStorage,
-    MarkReleased,
-    RecordRelease,
-]
 
 # Which desiredStates are consistent with each job phase (a job that has run: EPILOG).
 _EXPECTED: Mapping[JobPhase, frozenset[State]] = {

@@ -14,7 +14,7 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
 from flux_dws.core.health import Failures
-from flux_dws.core.lifecycle import JobException, JobPhase, JobView, ProposalInfo
+from flux_dws.core.jobview import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.core.policy import Policy
 from flux_dws.core.request import DwRequest, request_from_attributes
 from flux_dws.core.states import State

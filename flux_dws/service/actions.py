@@ -19,11 +19,11 @@ from typing import Any
 from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.base.untrusted import name_of
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core.health import Failures, mount_failures, setup_failures, unmount_failures
 from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
-from flux_dws.core.lifecycle import ProposalInfo
+from flux_dws.core.jobview import ProposalInfo
 from flux_dws.core.persistent import persistent_names
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
@@ -37,7 +37,7 @@ log = logging.getLogger("flux-dws")
 
 
 def create_workflow(
-    x: ActionExecutor, tracked: Tracked, action: lc.CreateWorkflow, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.CreateWorkflow, seen: Seen, done: Done
 ) -> None:
     jobid = tracked.jobid
     if action.groupid < 0:  # not known yet: look it up on a worker (NSS may block)
@@ -86,7 +86,7 @@ def create_workflow(
 
 
 def set_desired_state(
-    x: ActionExecutor, tracked: Tracked, action: lc.SetDesiredState, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.SetDesiredState, seen: Seen, done: Done
 ) -> None:
     wf, proposal = seen.workflow, seen.job.proposal
     # No view at all: a workflow never read well, sent to Teardown past its deadline by name.
@@ -174,7 +174,7 @@ def _assign_nodes(
 
 
 def read_proposal(
-    x: ActionExecutor, tracked: Tracked, action: lc.ReadProposal, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.ReadProposal, seen: Seen, done: Done
 ) -> None:
     raw = seen.raw
     assert raw is not None
@@ -202,7 +202,7 @@ def read_proposal(
 
 
 def release_dependency(
-    x: ActionExecutor, tracked: Tracked, action: lc.ReleaseDependency, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.ReleaseDependency, seen: Seen, done: Done
 ) -> None:
     log.info("job %s: Proposal ready; releasing the job to the scheduler", f58(tracked.jobid))
     finished = x.then_record(tracked, done, phase="sched")
@@ -210,7 +210,7 @@ def release_dependency(
 
 
 def finish_prolog(
-    x: ActionExecutor, tracked: Tracked, action: lc.FinishProlog, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.FinishProlog, seen: Seen, done: Done
 ) -> None:
     jobid = tracked.jobid
     if action.success:
@@ -247,7 +247,7 @@ def finish_prolog(
 
 
 def finish_epilog(
-    x: ActionExecutor, tracked: Tracked, action: lc.FinishEpilog, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.FinishEpilog, seen: Seen, done: Done
 ) -> None:
     log.info("job %s: workflow gone; finishing the epilog", f58(tracked.jobid))
     finished = x.then_record(tracked, done, phase="gone")
@@ -255,19 +255,19 @@ def finish_epilog(
 
 
 def raise_exception(
-    x: ActionExecutor, tracked: Tracked, action: lc.RaiseException, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.RaiseException, seen: Seen, done: Done
 ) -> None:
     x.raise_exception(tracked, action, done)
 
 
 def post_event(
-    x: ActionExecutor, tracked: Tracked, action: lc.PostEvent, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.PostEvent, seen: Seen, done: Done
 ) -> None:
     x.post_event(tracked, action, done)
 
 
 def delete_workflow(
-    x: ActionExecutor, tracked: Tracked, action: lc.DeleteWorkflow, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.DeleteWorkflow, seen: Seen, done: Done
 ) -> None:
     wf = tracked.workflow
     if tracked.unreadable and tracked.raw is not None:  # past its deadline, deleted by name
@@ -293,7 +293,7 @@ def delete_workflow(
 
 
 def read_failures(
-    x: ActionExecutor, tracked: Tracked, action: lc.ReadFailures, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.ReadFailures, seen: Seen, done: Done
 ) -> None:
     wf, job = seen.workflow, seen.job
     assert wf is not None
@@ -336,7 +336,7 @@ def read_failures(
 
 
 def drain_nodes(
-    x: ActionExecutor, tracked: Tracked, action: lc.DrainNodes, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.DrainNodes, seen: Seen, done: Done
 ) -> None:
     if x.health is None:
         log.warning(
@@ -351,7 +351,7 @@ def drain_nodes(
 
 
 def force_ready(
-    x: ActionExecutor, tracked: Tracked, action: lc.ForceReady, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.ForceReady, seen: Seen, done: Done
 ) -> None:
     wf = seen.workflow
     assert wf is not None

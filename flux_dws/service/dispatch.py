@@ -13,7 +13,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core import release as rl
 from flux_dws.service import actions, recording, release
 from flux_dws.service.executor import ActionExecutor
@@ -22,32 +22,32 @@ from flux_dws.service.jobs import Done, Seen, Tracked
 Handler = Callable[[ActionExecutor, Tracked, Any, Seen, Done], None]
 
 HANDLERS: Mapping[type, Handler] = {
-    lc.CreateWorkflow: actions.create_workflow,
-    lc.SetDesiredState: actions.set_desired_state,
-    lc.ReadProposal: actions.read_proposal,
-    lc.ReleaseDependency: actions.release_dependency,
-    lc.FinishProlog: actions.finish_prolog,
-    lc.FinishEpilog: actions.finish_epilog,
-    lc.RaiseException: actions.raise_exception,
-    lc.PostEvent: actions.post_event,
-    lc.RecordCopies: recording.record_copies,
-    lc.SaveOutput: recording.save_output,
-    lc.DeleteWorkflow: actions.delete_workflow,
-    lc.ReadFailures: actions.read_failures,
-    lc.DrainNodes: actions.drain_nodes,
-    lc.ForceReady: actions.force_ready,
+    act.CreateWorkflow: actions.create_workflow,
+    act.SetDesiredState: actions.set_desired_state,
+    act.ReadProposal: actions.read_proposal,
+    act.ReleaseDependency: actions.release_dependency,
+    act.FinishProlog: actions.finish_prolog,
+    act.FinishEpilog: actions.finish_epilog,
+    act.RaiseException: actions.raise_exception,
+    act.PostEvent: actions.post_event,
+    act.RecordCopies: recording.record_copies,
+    act.SaveOutput: recording.save_output,
+    act.DeleteWorkflow: actions.delete_workflow,
+    act.ReadFailures: actions.read_failures,
+    act.DrainNodes: actions.drain_nodes,
+    act.ForceReady: actions.force_ready,
     rl.HoldStorage: release.hold_storage,
     rl.ReturnStorage: release.return_storage,
     rl.MarkReleased: release.mark_released,
     rl.RecordRelease: release.record_release,
 }
 #: Actions the loop itself handles.
-LOOP_ACTIONS = frozenset({lc.WakeAt})
+LOOP_ACTIONS = frozenset({act.WakeAt})
 
 
 def _check(handlers: Mapping[type, Handler]) -> None:
     """Raise ImportError unless ``handlers`` covers exactly the core's action types."""
-    declared = set(typing.get_args(lc.Action)) - LOOP_ACTIONS
+    declared = set(typing.get_args(act.Action)) - LOOP_ACTIONS
     missing = sorted(t.__name__ for t in declared - set(handlers))
     unknown = sorted(t.__name__ for t in set(handlers) - declared)
     if missing or unknown:

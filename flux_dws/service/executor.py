@@ -20,7 +20,7 @@ from typing import Any, Callable
 from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core.messages import failure_note
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
@@ -223,9 +223,9 @@ class ActionExecutor:
         def raised(error: str | Halt | None) -> None:
             done(HALT if error is None else error)
 
-        self.raise_exception(tracked, lc.RaiseException(note), raised)
+        self.raise_exception(tracked, act.RaiseException(note), raised)
 
-    def raise_exception(self, tracked: Tracked, action: lc.RaiseException, done: Done) -> None:
+    def raise_exception(self, tracked: Tracked, action: act.RaiseException, done: Done) -> None:
         log.info(
             "job %s workflow %s: raising %s exception: %s",
             f58(tracked.jobid),
@@ -249,7 +249,7 @@ class ActionExecutor:
             self.flux_done(raised, "raise", tracked),
         )
 
-    def post_event(self, tracked: Tracked, action: lc.PostEvent, done: Done) -> None:
+    def post_event(self, tracked: Tracked, action: act.PostEvent, done: Done) -> None:
         """Post without waiting for the answer: the chain goes on at once (unless the action
         says ``wait``: then only once Flux has taken it).
 

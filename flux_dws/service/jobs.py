@@ -14,9 +14,8 @@ from typing import Any, Callable, Union
 
 from flux_dws.base.frozen import SLOTS
 from flux_dws.base.loop import Timer
-from flux_dws.core import lifecycle as lc
 from flux_dws.core.health import Failures
-from flux_dws.core.lifecycle import ProposalInfo
+from flux_dws.core.jobview import JobView, ProposalInfo
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
 from flux_dws.core.workflow import WorkflowView
@@ -43,7 +42,7 @@ class Tracked:
     # when it could not be read (``unreadable``)
     raw: dict[str, Any] | None = None
     proposal: ProposalInfo | None = None
-    failures: Failures | None = None  # which nodes failed Setup/PreRun (lc.ReadFailures)
+    failures: Failures | None = None  # which nodes failed Setup/PreRun (act.ReadFailures)
     request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
     deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
     posting: dict[str, dict[str, Any]] = field(default_factory=dict)  # events not yet answered
@@ -69,7 +68,7 @@ class Seen:
     runs (the next decision sees those).  All of it is immutable, or replaced whole.
     """
 
-    job: lc.JobView
+    job: JobView
     workflow: WorkflowView | None
     raw: Mapping[str, Any] | None  # what is kept of the object ``workflow`` was read from
     observed: float  # monotonic time of the observation that led to the decision

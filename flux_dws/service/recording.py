@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from flux_dws.base.jobid import f58
-from flux_dws.core import lifecycle as lc
+from flux_dws.core import actions as act
 from flux_dws.core.copies import EVENT, UNKNOWN, copy_error, copy_records, summary
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
@@ -37,7 +37,7 @@ _UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, 
 
 
 def record_copies(
-    x: ActionExecutor, tracked: Tracked, action: lc.RecordCopies, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.RecordCopies, seen: Seen, done: Done
 ) -> None:
     wf = seen.workflow
     assert wf is not None
@@ -73,7 +73,7 @@ def record_copies(
                 record.index,
                 summary(record),
             )
-            x.post_event(tracked, lc.PostEvent(EVENT, record.to_event()), lambda _error: None)
+            x.post_event(tracked, act.PostEvent(EVENT, record.to_event()), lambda _error: None)
         # Unknown (nothing found) fails nothing: the workflow's own message says more.
         failed = next((r for r in records if r.failed and r.status != UNKNOWN), None)
         if failed is not None and not (tracked.record or {}).get("exception"):
@@ -86,7 +86,7 @@ def record_copies(
 
 
 def save_output(
-    x: ActionExecutor, tracked: Tracked, action: lc.SaveOutput, seen: Seen, done: Done
+    x: ActionExecutor, tracked: Tracked, action: act.SaveOutput, seen: Seen, done: Done
 ) -> None:
     wf = seen.workflow
     assert wf is not None
@@ -132,7 +132,7 @@ def save_output(
             context["output"],
             f" (exit codes {codes})" if codes else "",
         )
-        x.post_event(tracked, lc.PostEvent("dws-container", context), done)
+        x.post_event(tracked, act.PostEvent("dws-container", context), done)
 
     x.worker.submit(
         collect_output,

@@ -28,9 +28,10 @@ from flux_dws.base import untrusted
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import name_of
+from flux_dws.core import actions as act
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.identity import JOBID_LABEL, owned_jobid
-from flux_dws.core.lifecycle import JobPhase
+from flux_dws.core.jobview import JobPhase, JobView
 from flux_dws.core.policy import Policy
 from flux_dws.core.reconcile import startup_order
 from flux_dws.core.release import held_parts
@@ -344,7 +345,7 @@ class Service:
             return
         self._decide(tracked)
 
-    def view(self, tracked: Tracked) -> lc.JobView | None:
+    def view(self, tracked: Tracked) -> JobView | None:
         """The JobView for a tracked job (GONE for an orphan); None until both the job snapshot
         and the first workflow list are in, since either alone could make a job look orphaned
         or its workflow look vanished.
@@ -355,7 +356,7 @@ class Service:
         if not (self.synced and self.listed):
             return None
         if tracked.record is None:
-            return lc.JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
+            return JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
         if tracked.request is None:
             tracked.request = parse_request(tracked.record, self.policy, owner_uid=self.owner_uid)
         return job_view(
@@ -381,17 +382,17 @@ class Service:
         self._act(tracked, job, lc.decide(job, tracked.workflow, self.policy, now))
 
     def _act(
-        self, tracked: Tracked, job: lc.JobView, actions: list[Any], *, window: bool = True
+        self, tracked: Tracked, job: JobView, actions: list[Any], *, window: bool = True
     ) -> None:
         """Set the job's timer from the decision's WakeAt and run the rest as one chain;
         ``window``: keep the Proposal window up to date first (a held job keeps no slot)."""
         if tracked.timer:
             tracked.timer.cancel()
             tracked.timer = None
-        wakes = [a for a in actions if isinstance(a, lc.WakeAt)]
+        wakes = [a for a in actions if isinstance(a, act.WakeAt)]
         if wakes:
             tracked.timer = self.loop.call_at(wakes[0].time, self._kick, tracked.jobid)
-        chain = [a for a in actions if not isinstance(a, lc.WakeAt)]
+        chain = [a for a in actions if not isinstance(a, act.WakeAt)]
         if window and not self._in_window(tracked, job, chain):
             return
         if chain:
@@ -399,7 +400,7 @@ class Service:
             tracked.busy, tracked.dirty = True, False
             self._run_chain(tracked, chain, seen, 0)
 
-    def _hold_unreadable(self, tracked: Tracked, job: lc.JobView, now: float) -> None:
+    def _hold_unreadable(self, tracked: Tracked, job: JobView, now: float) -> None:
         """The workflow's latest version cannot be read: hold the job, but not past the
         deadline of its state (``lc.decide_unreadable``).
 
@@ -428,7 +429,7 @@ class Service:
                 self.jm.post(tracked.jobid, "dws-workflow-unreadable", context, _ignore)
         since = tracked.unreadable_since
         actions = lc.decide_unreadable(job, name, tracked.unreadable, since, self.policy, now)
-        if any(not isinstance(a, lc.WakeAt) for a in actions):
+        if any(not isinstance(a, act.WakeAt) for a in actions):
             ending = job.posted_state is State.TEARDOWN
             log.error(
                 "job %s workflow %s: still unreadable past the deadline of %s: %s",
@@ -448,14 +449,14 @@ class Service:
         self.executor.forget(tracked.jobid)
         self._wake(self.window.leave(tracked.jobid))
 
-    def _in_window(self, tracked: Tracked, job: lc.JobView, chain: list[Any]) -> bool:
+    def _in_window(self, tracked: Tracked, job: JobView, chain: list[Any]) -> bool:
         """Keep the Proposal window (flux_dws.core.window) up to date; False if the job must
         wait in DEPEND for a slot before creating its workflow."""
         jobid, window = tracked.jobid, self.window
         depend = job.phase is JobPhase.DEPEND
         if depend and tracked.workflow is not None:
             window.entered(jobid)
-        elif depend and any(isinstance(a, lc.CreateWorkflow) for a in chain):
+        elif depend and any(isinstance(a, act.CreateWorkflow) for a in chain):
             if not window.ask(jobid):
                 if len(window.waiting) == 1:
                     log.info(
