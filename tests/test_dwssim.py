@@ -350,7 +350,7 @@ def test_lustre_breakdown_asks_for_targets(store: Store, sim: DwsSim) -> None:
     sets = {s["label"]: s for s in bd["status"]["storage"]["allocationSets"]}
     assert sets["ost"]["allocationStrategy"] == "AllocateAcrossServers"
     assert sets["ost"]["minimumCapacity"] == 100 * 1000**3
-    assert sets["mgtmdt"]["allocationStrategy"] == "AllocateSingleServer"
+    assert sets["mgtmdt"]["allocationStrategy"] == "AllocateAcrossServers"  # as nnf-sos
     assert sets["mgtmdt"]["constraints"]["count"] == 1
     (location,) = bd["status"]["compute"]["constraints"]["location"]
     assert location["access"] == [{"type": "network", "priority": "mandatory"}]

@@ -206,8 +206,9 @@ def test_rewrite_gives_each_node_its_share_under_a_rabbit_slot() -> None:
             "label": "rabbit",
             "with": [
                 {"type": "node", "count": 1, "with": NODE_REQUEST[0]["with"]},
-                # 60 per node + ceil(100/4)=25 + the whole MGT, on any node's rabbit
-                {"type": "ssd", "count": 60 + 25 + 1, "exclusive": True},
+                # 60 per node + ceil(100/4)=25 + the whole MGT, on any node's rabbit: 1 GiB
+                # asked, 4,000,000,000 bytes as nnf-sos allocates it (3.7 GiB)
+                {"type": "ssd", "count": 60 + 25 + 4, "exclusive": True},
             ],
         }
     ]

@@ -33,6 +33,7 @@ from flux_dws.core.policy import Policy
 from flux_dws.core.rabbits import GIB, RabbitError, rabbit_inventory, resource_graph
 from flux_dws.core.storage import (
     ACROSS_SERVERS,
+    NNF_LUSTRE_MIN_ALLOCATION,
     PER_COMPUTE,
     PER_SERVER,
     SINGLE_SERVER,
@@ -634,10 +635,13 @@ def test_a_users_own_ssd_through_the_service_is_replaced_and_held_to_the_site_li
 def test_a_huge_breakdown_count_fails_its_job_clearly_and_leaves_nothing_behind() -> None:
     """issue 22 item 2, through the service: nnf-sos's breakdown asks for 10**12 servers; the
     job fails at Proposal naming the count and its workflow is torn down, while a breakdown
-    asking for the most Fluxion takes (2**32-1) is planned by arithmetic and the job runs."""
+    asking for 1,152,921,504 OSTs (half what an int64 of bytes holds at nnf-sos's least
+    allocation, 4,000,000,000 bytes, on a rabbit of int64 bytes) is planned by arithmetic and
+    the job runs."""
     from flux_dws.testing.stack import Stack
 
-    counts = {"huge": 1_000_000_000_000, "large": MAX_COUNT}
+    most = MAX_BYTES // NNF_LUSTRE_MIN_ALLOCATION // 2
+    counts = {"huge": 1_000_000_000_000, "large": most}
 
     def nnf_sos_says(operation: str, old: dict | None, new: dict) -> dict:
         directive = (new.get("spec") or {}).get("directive", "")
@@ -655,7 +659,7 @@ def test_a_huge_breakdown_count_fails_its_job_clearly_and_leaves_nothing_behind(
         for aset in (new.get("spec") or {}).get("allocationSets") or []:
             planned.extend(entry.get("allocationCount", 0) for entry in aset.get("storage", []))
 
-    with Stack(hosts=2) as stack:
+    with Stack(hosts=2, capacity=MAX_BYTES) as stack:
         assert stack.api is not None
         stack.api.store.add_admission("directivebreakdowns", nnf_sos_says)
         stack.api.store.add_admission("servers", servers_written)
@@ -669,5 +673,5 @@ def test_a_huge_breakdown_count_fails_its_job_clearly_and_leaves_nothing_behind(
         assert stack.left_behind(huge) == []
         good = stack.wait(large, timeout=60)
         assert good.result == "COMPLETED", good.exception
-        assert MAX_COUNT in planned  # the one rabbit of the job's 2 nodes got every OST
+        assert most in planned  # the one rabbit of the job's 2 nodes got every OST
         assert stack.left_behind(large) == []

@@ -25,6 +25,7 @@ from flux_dws.core.rabbits import GIB, SSD_TYPE
 from flux_dws.core.storage import (
     JOBSPEC_STORAGE_KEY,
     LUSTRE_LABELS,
+    NNF_LUSTRE_MIN_ALLOCATION,
     PER_COMPUTE,
     AllocationNeed,
     StorageError,
@@ -339,9 +340,14 @@ def release_update(
 
 
 def min_allocations(limits: Mapping[str, StorageLimit]) -> dict[str, int]:
-    """Allocation-set label -> the site's minimum allocation size, for the Servers plan."""
+    """Allocation-set label -> the least one allocation takes, for the Servers plan and each
+    node's reservation: the site's minimum, and for a Lustre target at least what nnf-sos
+    allocates (NNF_LUSTRE_MIN_ALLOCATION, whatever the Servers say)."""
     labels = ("raw", "xfs", "gfs2", *sorted(LUSTRE_LABELS))
-    return {label: limits.get(fs_type(label), NO_LIMIT).min_allocation for label in labels}
+    least = {label: limits.get(fs_type(label), NO_LIMIT).min_allocation for label in labels}
+    for label in LUSTRE_LABELS:
+        least[label] = max(least[label], NNF_LUSTRE_MIN_ALLOCATION)
+    return least
 
 
 __all__ = [

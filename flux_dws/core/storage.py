@@ -25,6 +25,11 @@ SINGLE_SERVER = "AllocateSingleServer"
 STRATEGIES = (PER_COMPUTE, PER_SERVER, ACROSS_SERVERS, SINGLE_SERVER)
 #: The allocation-set labels of a Lustre file system (nnf-sos's targets).
 LUSTRE_LABELS = frozenset({"ost", "mdt", "mgt", "mgtmdt"})
+#: The least nnf-sos allocates for one Lustre target: it raises a smaller Servers
+#: allocationSize to this, so that its zpool can be made (nnf_storage_controller.go,
+#: minimumLustreAllocationSizeInBytes).  The Servers plan and the reservation count it too
+#: (flux_dws.core.jobspec.min_allocations), or the rabbit would hold more than they say.
+NNF_LUSTRE_MIN_ALLOCATION = 4_000_000_000
 
 #: The jobspec key flux-dws sets when it releases a job's dependency.
 JOBSPEC_STORAGE_KEY = "attributes.system.dw_storage"

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flux_dws.core.directives import Directive, parse_size
-from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE, SINGLE_SERVER
+from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE
 from flux_dws.testing.dwssim.status import micro_time
 from flux_dws.testing.kubeapi.resources import by_plural
 
@@ -97,8 +97,8 @@ def allocation_sets(fs_type: str, capacity: int) -> list[dict[str, Any]]:
                 "label": "ost",
                 "constraints": dict(labels),
             },
-            {
-                "allocationStrategy": SINGLE_SERVER,
+            {  # nnf-sos's default profile (combinedMgtMdt): across the servers, count 1
+                "allocationStrategy": ACROSS_SERVERS,
                 "minimumCapacity": MGTMDT_CAPACITY,
                 "label": "mgtmdt",
                 "constraints": dict(
