@@ -352,8 +352,21 @@ def test_lustre_breakdown_asks_for_targets(store: Store, sim: DwsSim) -> None:
     assert sets["ost"]["minimumCapacity"] == 100 * 1000**3
     assert sets["mgtmdt"]["allocationStrategy"] == "AllocateAcrossServers"  # as nnf-sos
     assert sets["mgtmdt"]["constraints"]["count"] == 1
-    (location,) = bd["status"]["compute"]["constraints"]["location"]
-    assert location["access"] == [{"type": "network", "priority": "mandatory"}]
+    assert sets["mgtmdt"]["constraints"]["colocation"] == [
+        {"type": "exclusive", "key": "lustre-mgt"}
+    ]
+    assert sets["ost"]["constraints"]["scale"] == 5  # nnf-sos's default profile
+    # one compute location per set, as nnf-sos: network, and near the OSTs at best
+    ost, mgtmdt = bd["status"]["compute"]["constraints"]["location"]
+    network = {"type": "network", "priority": "mandatory"}
+    assert ost["access"] == [network, {"type": "physical", "priority": "bestEffort"}]
+    assert mgtmdt["access"] == [network]
+    assert mgtmdt["reference"] == {
+        "kind": "Servers",
+        "name": "wf-lus-0",
+        "namespace": NS,
+        "fieldPath": "servers.spec.allocationSets[1]",
+    }
     wf = run_to(store, "wf-lus", "PreRun")
     assert wf["status"]["ready"] is True
 

@@ -27,6 +27,7 @@ from flux_dws.base.untrusted import text as one_line
 from flux_dws.cli.inventory import list_rows
 from flux_dws.cli.views import driver_errors, read_workflow
 from flux_dws.core.actions import FinishProlog, RaiseException
+from flux_dws.core.colocation import ANNOTATION, servers_exclusive
 from flux_dws.core.identity import owned_jobid
 from flux_dws.core.jobenv import env_problem, token_problem, token_required
 from flux_dws.core.jobview import JobPhase, JobView
@@ -132,7 +133,13 @@ BREAKDOWN: dict[str, Any] = {
                     "minimumCapacity": 10737418240,
                     "label": "gfs2",
                     "constraints": {"count": 2},
-                }
+                },
+                {
+                    "allocationStrategy": "AllocateSingleServer",
+                    "minimumCapacity": 1073741824,
+                    "label": "mgt",
+                    "constraints": {"colocation": [{"type": "exclusive", "key": "lustre-mgt"}]},
+                },
             ],
         },
     },
@@ -222,12 +229,35 @@ def test_decisions_on_any_readable_workflow_send_only_what_flux_accepts(obj):
                 assert action.token_secret == (view.namespace, f"{view.name}-token")
 
 
+SERVERS_OBJECT: dict[str, Any] = {
+    "metadata": {
+        "name": "fluxjob-test-42-0",
+        "namespace": "default",
+        "annotations": {ANNOTATION: '{"mgtmdt": ["lustre-mgt"], "mdt": [""]}'},
+    },
+    "spec": {
+        "allocationSets": [
+            {"label": "mgtmdt", "allocationSize": 1, "storage": [{"name": "rabbit-0"}]},
+            {
+                "label": "mdt",
+                "allocationSize": 1,
+                "storage": [{"name": "n0", "allocationCount": 2}],
+            },
+        ]
+    },
+}
+
+
 @FUZZ
-@given(st.lists(objects(BREAKDOWN), max_size=3), st.lists(TEXT, max_size=3))
-def test_breakdowns_give_needs_or_a_storage_error(breakdowns, hosts):
+@given(
+    st.lists(objects(BREAKDOWN), max_size=3), st.lists(TEXT, max_size=3), objects(SERVERS_OBJECT)
+)
+def test_breakdowns_give_needs_or_a_storage_error(breakdowns, hosts, servers):
     needs = reads(needs_from_breakdowns, breakdowns)
+    taken = servers_exclusive(servers)  # never raises: a Servers is only read
+    assert all(isinstance(k, str) for keys in taken.values() for k in keys)
     if needs:
-        reads(plan_servers, needs, hosts or ["n0"], {"n0": "rabbit-0"})
+        reads(plan_servers, needs, hosts or ["n0"], {"n0": "rabbit-0"}, None, (), taken)
 
 
 @FUZZ

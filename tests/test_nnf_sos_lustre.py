@@ -5,12 +5,14 @@
 storage profile (nnf-sos's config/examples, ``combinedMgtMdt``) nnf-sos breaks a Lustre
 jobdw into OSTs across the servers and one combined MGT/MDT, makes an NnfStorage of type
 lustre with an NnfLustreMGT for its MGS, an NnfNodeStorage and NnfNodeBlockStorage per
-target on the rabbit (in kind mode, pkg/filesystem/kind.go: directories for the targets, the
-mock NID ``1.2.3.4@tcp`` for the MGS), and ClientMounts of type lustre on the computes.
-The first test needs no binaries.
+target on the rabbit (in kind mode, pkg/filesystem/kind.go: directories for the targets; the
+MGS at the rabbit's own NID, flux_dws.testing.nnfmock), and ClientMounts of type lustre on
+the computes.  The first test needs no binaries.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from waiting import wait_for
@@ -25,6 +27,7 @@ from flux_dws.core.storage import (
     AllocationNeed,
     plan_servers,
 )
+from flux_dws.testing.nnfmock import rabbit_nids
 from flux_dws.testing.realdws import lustre_problem, nnf_sos_problem
 from flux_dws.testing.stack import Stack
 from tests.test_nnf_sos_driver import COMPUTES, RABBIT, get, path_of, states_entered
@@ -74,6 +77,46 @@ def test_a_small_lustre_target_is_planned_and_reserved_as_nnf_sos_allocates_it()
 
 
 # ---- nnf-sos beside the real DWS ---------------------------------------------------------
+
+
+def test_two_lustre_jobs_at_once_on_the_same_rabbits_keep_their_mgts_apart():
+    """nnf-sos's breakdown gives the MGT/MDT the exclusive key ``lustre-mgt``: two Lustre jobs
+    running at once, each with a node on both rabbits, get their MGTs on different rabbits,
+    and nnf-sos makes both (with the MGTs on one rabbit, it failed the second job Fatal:
+    "multiple MGTs found for address").  Each rabbit has an LNet address of its own, as on a
+    real system (flux_dws.testing.nnfmock); its own stack, started before the module's."""
+    if nnf_sos_problem():
+        pytest.skip(nnf_sos_problem())
+    rabbits = {"rabbit-0": ["compute-01", "compute-03"], "rabbit-1": ["compute-02", "compute-04"]}
+    with Stack(hosts=4, dws="real", nnf="sos", rabbits=rabbits) as two:
+        jobs = [two.submit(LUSTRE, nnodes=2, runtime=None) for _ in range(2)]
+        try:
+            for jobid in jobs:
+                two.wait_event(jobid, "start", timeout=120)
+            names = [workflow_name(two.identity, jobid) for jobid in jobs]
+            mgts = {}
+            for name in names:
+                planned = {
+                    a["label"]: a
+                    for a in get(two, "servers", f"{name}-0")["spec"]["allocationSets"]
+                }
+                assert {e["name"] for e in planned["ost"]["storage"]} == set(rabbits)
+                [mgt] = made_for(two, "nnflustremgts", name)
+                mgts[mgt["metadata"]["namespace"]] = mgt["spec"]["addresses"]
+                assert [e["name"] for e in planned["mgtmdt"]["storage"]] == [
+                    mgt["metadata"]["namespace"]
+                ]
+            nids = rabbit_nids(list(rabbits))
+            assert mgts == {rabbit: [nid] for rabbit, nid in nids.items()}
+        finally:
+            for jobid in jobs:
+                two.flux.finish(jobid)
+        for jobid in jobs:
+            info = two.wait(jobid, timeout=120)
+            assert (info.result, info.exception) == ("COMPLETED", None), info.exception
+            assert not two.left_behind(jobid)
+        with open(os.path.join(two._tmp.name, "nnf-sos-storage.log"), errors="replace") as log:
+            assert "multiple MGTs" not in log.read()
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +176,8 @@ def test_a_lustre_job_runs_its_whole_lifecycle_on_nnf_sos(stack):
         storage = get(stack, "nnfstorages", f"{name}-0")
         assert storage["spec"]["fileSystemType"] == "lustre"
         status = storage["status"]
-        assert status["ready"] is True and status["mgsAddress"] == "1.2.3.4@tcp"
+        nid = rabbit_nids(list(stack.rabbits))[RABBIT]  # the rabbit's own (testing.nnfmock)
+        assert status["ready"] is True and status["mgsAddress"] == nid
         assert status["lustreComponents"]["mgtmdts"] == [RABBIT]
         assert status["lustreComponents"]["osts"] == [RABBIT]
         fsname = status["fileSystemName"]
@@ -153,7 +197,7 @@ def test_a_lustre_job_runs_its_whole_lifecycle_on_nnf_sos(stack):
             [spec] = mount["spec"]["mounts"]
             assert spec["type"] == "lustre" and spec["mountPath"] == path_of(stack, uid)
             lustre = spec["device"]["lustre"]
-            assert (lustre["fileSystemName"], lustre["mgsAddresses"]) == (fsname, "1.2.3.4@tcp")
+            assert (lustre["fileSystemName"], lustre["mgsAddresses"]) == (fsname, nid)
             assert mount["status"]["allReady"] is True
         # every kind the end checks carries the workflow's label, so "none left" means it
         assert [p for p in LUSTRE_KINDS if not made_for(stack, p, name)] == []

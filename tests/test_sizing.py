@@ -54,8 +54,10 @@ SERVERS = ("default", "srv")
 NODES = [{"type": "node", "count": 2, "with": [{"type": "slot", "count": 1, "label": "task"}]}]
 
 
-def need(label: str, strategy: str, size: int, count: int | None = None) -> AllocationNeed:
-    return AllocationNeed("bd", SERVERS, label, strategy, size, count)
+def need(
+    label: str, strategy: str, size: int, count: int | None = None, exclusive: tuple = ()
+) -> AllocationNeed:
+    return AllocationNeed("bd", SERVERS, label, strategy, size, count, exclusive)
 
 
 def lustre(ost: int, mdt: int = 32 * GIB, mgt: int = GIB) -> list[AllocationNeed]:
@@ -102,17 +104,22 @@ def test_lustre_over_two_rabbits_reserves_the_mdt_on_the_rabbit_that_gets_it() -
     assert reserved * GIB >= max(taken.values())  # 45 GiB a node; it was 28 (ceil(57/2))
 
 
+KEYS = ("lustre-mgt", "")  # nnf-sos's MGT key, and its exclusive MDT's (no key)
+
+
 @st.composite
 def jobs(draw):
-    """Random needs of every strategy and label, a site minimum, and a placement of the job's
-    nodes on rabbits of unequal share (as Fluxion might place them)."""
+    """Random needs of every strategy and label, some with an exclusive colocation key, a
+    site minimum, a placement of the job's nodes on rabbits of unequal share (as Fluxion might
+    place them), and the keys other Servers hold on some of those rabbits."""
     size = st.one_of(st.integers(1, 4 * GIB), st.integers(1, 2**40), st.just(MAX_BYTES // 64))
+    keys = st.sampled_from([(), (), ("lustre-mgt",), ("",)])
     needs = []
     for _ in range(draw(st.integers(1, 5))):
         strategy = draw(st.sampled_from(STRATEGIES))
         label = draw(st.sampled_from(["xfs", "raw", "gfs2", "ost", "mdt", "mgt", "mgtmdt"]))
         count = draw(st.none() | st.integers(1, 40)) if strategy == ACROSS_SERVERS else None
-        needs.append(need(label, strategy, draw(size), count))
+        needs.append(need(label, strategy, draw(size), count, draw(keys)))
     nnodes = draw(st.integers(1, 40))
     nrabbits = draw(st.integers(1, nnodes))
     # Every rabbit gets at least one node; the rest land anywhere (unequal shares).
@@ -123,20 +130,37 @@ def jobs(draw):
         fs: StorageLimit(None, draw(st.sampled_from([0, GIB, 10 * GIB])))
         for fs in ("xfs", "lustre")
     }
-    return needs, placement, floors
+    held = st.frozensets(st.sampled_from(KEYS), min_size=1)
+    taken = draw(st.dictionaries(st.sampled_from([f"rabbit-{r}" for r in range(nrabbits)]), held))
+    return needs, placement, floors, taken
 
 
 @PROPERTY
 @given(jobs())
 def test_no_rabbit_is_asked_for_more_than_its_nodes_reserved(job) -> None:
-    needs, placement, limits = job
+    """... and no rabbit gets two allocation sets with one exclusive key (counting what
+    other Servers hold there), nor two allocations of one such set placed by count."""
+    needs, placement, limits, taken = job
     hosts = [f"n{i}" for i in range(len(placement))]
     rabbits = {h: f"rabbit-{r}" for h, r in zip(hosts, placement)}
     try:
         gib = reserved_gib(needs, len(hosts), limits)
     except StorageError:
         return  # more than an int64 in all: refused before Fluxion sees it
-    plan = plan_servers(needs, hosts, rabbits, min_allocations(limits))
+    try:
+        plan = plan_servers(needs, hosts, rabbits, min_allocations(limits), taken=taken)
+    except StorageError as exc:  # only colocation refuses a job that could be reserved
+        assert "exclusive colocation key" in str(exc) and any(n.keys for n in needs), exc
+        assert "\n" not in str(exc)
+        return
+    held = {r: set(k) for r, k in taken.items()}
+    for aset, wanted in zip(plan[SERVERS], needs):
+        for entry in aset["storage"]:
+            assert not held.get(entry["name"], set()) & wanted.keys, (entry, held)
+            if wanted.keys and (wanted.strategy == SINGLE_SERVER or wanted.count):
+                assert entry["allocationCount"] == 1
+        for entry in aset["storage"]:
+            held.setdefault(entry["name"], set()).update(wanted.keys)
     nodes_on = {r: placement.count(int(r.split("-")[1])) for r in set(rabbits.values())}
     for rabbit, taken in load(plan).items():
         assert taken <= nodes_on[rabbit] * gib * GIB, (rabbit, taken, nodes_on[rabbit], gib)

@@ -30,6 +30,7 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.hostlist import HostlistError, expand_hostlist, expand_idset
 from flux_dws.base.sizes import MAX_BYTES
+from flux_dws.core.colocation import ANNOTATION as EXCLUSIVE_ANNOTATION
 
 GIB = 2**30
 #: The vertex type of a rabbit: a chassis, as in the existing Flux integration's graph, so the
@@ -106,14 +107,20 @@ def servers_held(servers: Mapping[str, Any]) -> dict[str, int]:
 
 
 def servers_kept(servers: Mapping[str, Any]) -> dict[str, Any]:
-    """What health reads of a Servers (its identity and labels, and ``spec``: servers_held,
-    owner_kind), sharing values with ``servers``: a watch holds one per workflow, and its
-    status and owner references would double that.  Never raises."""
+    """What health and the Servers plan read of a Servers (its identity and labels, and
+    ``spec``: servers_held, owner_kind; the exclusive keys flux-dws wrote on it,
+    flux_dws.core.colocation), sharing values with ``servers``: a watch holds one per
+    workflow, and its status and owner references would double that.  Never raises."""
     out: dict[str, Any] = {k: servers[k] for k in ("apiVersion", "kind", "spec") if k in servers}
     meta = servers.get("metadata")
     if isinstance(meta, Mapping):
         keys = ("name", "namespace", "uid", "resourceVersion", "labels")
         out["metadata"] = {k: meta[k] for k in keys if k in meta}
+        annotations = meta.get("annotations")
+        if isinstance(annotations, Mapping) and EXCLUSIVE_ANNOTATION in annotations:
+            out["metadata"]["annotations"] = {
+                EXCLUSIVE_ANNOTATION: annotations[EXCLUSIVE_ANNOTATION]
+            }
     elif meta is not None:
         out["metadata"] = meta
     return out

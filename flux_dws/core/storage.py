@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux_dws.base import untrusted
+from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.sizes import MAX_BYTES, MAX_COUNT, bounded_sum, ceil_div
 from flux_dws.base.untrusted import ECHO_LIMIT, echo
+from flux_dws.core import colocation
 
 PER_COMPUTE = "AllocatePerCompute"
 PER_SERVER = "AllocatePerServer"
@@ -49,6 +51,12 @@ class AllocationNeed:
     strategy: str
     capacity: int  # minimumCapacity in bytes
     count: int | None = None  # constraints.count, when the breakdown fixes the server count
+    exclusive: tuple[str, ...] = ()  # constraints.colocation's exclusive keys (core.colocation)
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """The exclusive keys this set holds where it is placed (an MGT's always)."""
+        return colocation.held_keys(self.label, self.exclusive)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +66,7 @@ class AllocationNeed:
             "strategy": self.strategy,
             "capacity": self.capacity,
             "count": self.count,
+            "exclusive": list(self.exclusive),
         }
 
     @classmethod
@@ -69,6 +78,9 @@ class AllocationNeed:
             strategy=data["strategy"],
             capacity=int(data["capacity"]),
             count=data.get("count"),
+            exclusive=tuple(
+                k for k in untrusted.sequence(data.get("exclusive")) if isinstance(k, str)
+            ),
         )
 
 
@@ -121,6 +133,9 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
                 raise StorageError(
                     f"{where}.constraints.count {echo(count)} is not a count (0 to {MAX_COUNT})"
                 )
+            exclusive, problem = colocation.parse_colocation(constraints.get("colocation"))
+            if problem:
+                raise StorageError(f"{where}.constraints.colocation{problem}")
             needs.append(
                 AllocationNeed(
                     breakdown=name if isinstance(name, str) else f"[{i}]",
@@ -129,6 +144,7 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
                     strategy=strategy,
                     capacity=capacity,
                     count=count if isinstance(count, int) and count > 0 else None,
+                    exclusive=exclusive,
                 )
             )
     jobspec_storage(needs)  # its sums go into dws-proposal and the release: int64, or refused
@@ -241,6 +257,7 @@ def plan_servers(
     rabbits: Mapping[str, str],
     min_allocation: Mapping[str, int] | None = None,
     external: Collection[str] = frozenset(),
+    taken: Mapping[str, Collection[str]] | None = None,
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Servers (namespace, name) -> spec.allocationSets, for a job on ``hosts``.
 
@@ -257,6 +274,13 @@ def plan_servers(
     ``external`` are DWS's externalComputeNodes (:class:`ComputeLayout`): no rabbit of theirs
     holds anything, so storage other than Lustre is refused on them, and Lustre goes on the
     rabbits of its other nodes, as nnf-sos mounts Lustre on external nodes over the network.
+    ``taken`` (rabbit -> exclusive colocation keys held there by other jobs and persistent
+    storage, flux_dws.core.colocation) keeps apart the sets with an exclusive key (an MGT's
+    ``lustre-mgt``): a set placed by count (single server, ``count``) gets each allocation on
+    a rabbit of its own, the first of the job's rabbits, in the order above, where neither
+    ``taken`` nor the job's earlier sets hold its key; a set of another strategy, which goes on
+    every rabbit of the job, needs them all free of its key.  Otherwise StorageError, naming
+    the key and the rabbits.
     What this puts on each rabbit never exceeds what :func:`reserve_per_node` had Fluxion
     reserve there.  A job with no allocation sets (``#DW container``, test-driver directives)
     needs no rabbit and gets no Servers.
@@ -287,9 +311,12 @@ def plan_servers(
     # Most of the job's nodes first; the name breaks ties, so a plan never depends on order.
     ranked = sorted(per_rabbit, key=lambda r: (-per_rabbit[r], r))
     plan: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    held = colocation.merge([{r: frozenset(k) for r, k in (taken or {}).items()}])
     for need in needs:
         floor = (min_allocation or {}).get(need.label, 0)
-        storage, size = _placement(need, per_rabbit, ranked, len(hosts) - len(outside), floor)
+        storage, size = _placement(need, per_rabbit, ranked, len(hosts) - len(outside), floor, held)
+        if need.keys:  # the job's later sets keep apart from this one too
+            held = colocation.merge([held, {entry["name"]: need.keys for entry in storage}])
         allocations = sum(entry["allocationCount"] for entry in storage)
         if size * allocations > MAX_BYTES:  # nnf-sos adds them up in an int64
             raise StorageError(
@@ -330,27 +357,85 @@ def _placement(
     ranked: Sequence[str],
     nnodes: int,
     floor: int,
+    held: Mapping[str, frozenset[str]],
 ) -> tuple[list[dict[str, Any]], int]:
-    """(Servers storage entries, allocation size) for one allocation set.
+    """(Servers storage entries, allocation size) for one allocation set; ``held``: rabbit ->
+    the exclusive keys already there.
 
     Integer arithmetic only, and no loop longer than the job's rabbits: a ``count`` comes
     from outside."""
-    if need.strategy in (PER_COMPUTE, PER_SERVER):
-        each = need.strategy == PER_SERVER
-        storage = [{"name": r, "allocationCount": 1 if each else per_rabbit[r]} for r in ranked]
-        return sorted(storage, key=lambda e: e["name"]), max(need.capacity, floor)
-    if need.strategy == SINGLE_SERVER or need.count:
+    if need.strategy == SINGLE_SERVER or (need.count and need.strategy == ACROSS_SERVERS):
         count = _count_of(need)
+        size = max(ceil_div(need.capacity, count), floor)
+        if need.keys:  # one allocation a rabbit, never more: within what each node reserves
+            free = [r for r in ranked if not held.get(r, frozenset()) & need.keys]
+            if len(free) < count:
+                raise StorageError(_held_elsewhere(need, count, ranked, free, held))
+            return [{"name": r, "allocationCount": 1} for r in free[:count]], size
         rounds, extra = divmod(count, len(ranked))  # wraps onto the rabbits with most nodes
         storage = [
             {"name": r, "allocationCount": rounds + (1 if i < extra else 0)}
             for i, r in enumerate(ranked)
             if rounds or i < extra
         ]
-        return storage, max(ceil_div(need.capacity, count), floor)
-    unit = math.gcd(*per_rabbit.values())
-    storage = [{"name": r, "allocationCount": per_rabbit[r] // unit} for r in sorted(per_rabbit)]
-    return storage, max(ceil_div(need.capacity * unit, nnodes), floor)
+        return storage, size
+    if need.strategy in (PER_COMPUTE, PER_SERVER):
+        each = need.strategy == PER_SERVER
+        storage = [{"name": r, "allocationCount": 1 if each else per_rabbit[r]} for r in ranked]
+        storage, size = sorted(storage, key=lambda e: e["name"]), max(need.capacity, floor)
+    else:
+        unit = math.gcd(*per_rabbit.values())
+        storage = [
+            {"name": r, "allocationCount": per_rabbit[r] // unit} for r in sorted(per_rabbit)
+        ]
+        size = max(ceil_div(need.capacity * unit, nnodes), floor)
+    busy = [e["name"] for e in storage if held.get(e["name"], frozenset()) & need.keys]
+    if busy:  # these strategies go on every rabbit of the job: no choice to make
+        raise StorageError(
+            f"the {_label(need)} allocation set ({need.strategy}) goes on every rabbit of the"
+            f" job, and {_rabbits(busy)} already {'holds' if len(busy) == 1 else 'hold'} an"
+            f" allocation of {_keys(need, busy, held)}"
+        )
+    return storage, size
+
+
+def _label(need: AllocationNeed) -> str:
+    return untrusted.text(need.label, ECHO_LIMIT)
+
+
+def _rabbits(names: Sequence[str]) -> str:
+    return untrusted.text(encode_hostlist(sorted(names)), 200)
+
+
+def _keys(need: AllocationNeed, busy: Sequence[str], held: Mapping[str, frozenset[str]]) -> str:
+    """The exclusive keys of ``need`` that rabbits ``busy`` hold, as a user reads them."""
+    keys = sorted(set().union(*(held.get(r, frozenset()) & need.keys for r in busy)))
+    shown = ", ".join(echo(k) for k in keys)
+    mgt = " (a rabbit mounts one Lustre MGT)" if colocation.MGT_KEY in keys else ""
+    return f"exclusive colocation key{'s' if len(keys) > 1 else ''} {shown}{mgt}"
+
+
+def _held_elsewhere(
+    need: AllocationNeed,
+    count: int,
+    ranked: Sequence[str],
+    free: Sequence[str],
+    held: Mapping[str, frozenset[str]],
+) -> str:
+    """Why a set placed by count with an exclusive key has too few rabbits of its own."""
+    busy = [r for r in ranked if r not in free]
+    wanted = "a rabbit" if count == 1 else f"{count} rabbits"
+    if free:
+        has = "has" if len(free) == 1 else "have"
+        where = f"only {len(free)} of the job's {len(ranked)} rabbits {has} none ("
+    else:
+        where = "every one of the job's rabbits has one ("
+    return (
+        f"the {_label(need)} allocation set needs {wanted} of the job where no other"
+        f" allocation holds {_keys(need, busy, held)}, and {where}{_rabbits(busy)}"
+        f" {'holds' if len(busy) == 1 else 'hold'} one already: another job's, persistent"
+        " storage's or another of this job's sets)"
+    )
 
 
 def _count_of(need: AllocationNeed) -> int:

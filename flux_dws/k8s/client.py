@@ -422,9 +422,17 @@ class KubeClient:
             breakdowns.append(obj)
         return breakdowns
 
-    def patch_servers(self, name: str, namespace: str, allocation_sets: list[dict]) -> dict:
-        """Write spec.allocationSets of a Servers resource (named by a DirectiveBreakdown)."""
-        return self._patch("servers", namespace, name, SERVERS, servers_patch(allocation_sets))
+    def patch_servers(
+        self,
+        name: str,
+        namespace: str,
+        allocation_sets: list[dict],
+        annotations: Mapping[str, str] | None = None,
+    ) -> dict:
+        """Write spec.allocationSets of a Servers resource (named by a DirectiveBreakdown),
+        and ``annotations`` when given."""
+        body = servers_patch(allocation_sets, annotations)
+        return self._patch("servers", namespace, name, SERVERS, body)
 
     def read_system_configuration(self) -> dict | None:
         """DWS's SystemConfiguration (which rabbit serves which compute node), or None."""

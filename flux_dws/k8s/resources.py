@@ -161,9 +161,15 @@ def computes_patch(hosts: Sequence[str]) -> dict[str, Any]:
     return {"data": [{"name": host} for host in hosts]}
 
 
-def servers_patch(allocation_sets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Merge patch telling NNF which rabbits serve each allocation set."""
-    return {"spec": {"allocationSets": [dict(s) for s in allocation_sets]}}
+def servers_patch(
+    allocation_sets: Sequence[Mapping[str, Any]], annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Merge patch telling NNF which rabbits serve each allocation set, with ``annotations``
+    (the exclusive keys of its sets, flux_dws.core.colocation) when given."""
+    patch: dict[str, Any] = {"spec": {"allocationSets": [dict(s) for s in allocation_sets]}}
+    if annotations:
+        patch["metadata"] = {"annotations": dict(annotations)}
+    return patch
 
 
 def finalizer_removal_patch(obj: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flux_dws.base.hostlist import encode_hostlist
@@ -25,10 +25,9 @@ from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.jobview import ProposalInfo
 from flux_dws.core.persistent import persistent_names
-from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
 from flux_dws.core.storage import ComputeLayout, StorageError, needs_from_breakdowns, plan_servers
-from flux_dws.k8s import KubeClient, WorkflowRejected
+from flux_dws.k8s import WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import HALT, Done, Seen, Tracked
@@ -105,7 +104,7 @@ def set_desired_state(
             if not layout.rabbits and rabbits is not None:
                 layout = sent["rabbits"] = rabbits()
             allocated = dict(layout.rabbits)
-            _assign_nodes(x.kube, name, proposal, action.assign, layout, x.policy)
+            _assign_nodes(x, name, proposal, action.assign, layout)
             sent["allocated"] = allocated
         sent["at"] = time.monotonic()
         return x.kube.set_desired_state(name, action.state, hurry=action.hurry)
@@ -152,25 +151,35 @@ def set_desired_state(
 
 
 def _assign_nodes(
-    kube: KubeClient,
+    x: ActionExecutor,
     name: str,
     proposal: ProposalInfo,
     hosts: Sequence[str],
     layout: ComputeLayout,
-    policy: Policy,
 ) -> None:
     """Computes and Servers for the job's nodes (on a worker).
 
     The rabbits are those Fluxion allocated, when the job's R names them; otherwise the
     SystemConfiguration's, with its externalComputeNodes (no rabbit; Lustre only).  The storage
     plan comes first, so a job whose storage cannot be placed (StorageError) has nothing written
-    for it.
+    for it.  Sets with an exclusive colocation key keep off the rabbits where other Servers
+    hold it (flux_dws.service.placements).
     """
-    least = min_allocations(policy.storage_limits)
-    plan = plan_servers(proposal.needs, hosts, layout.rabbits, least, layout.external)
-    kube.patch_computes(name, list(hosts))
-    for (namespace, server), sets in plan.items():
-        kube.patch_servers(server, namespace, sets)
+    least = min_allocations(x.policy.storage_limits)
+
+    def planner(taken: Mapping[str, frozenset[str]]) -> dict:
+        needs, rabbits = proposal.needs, layout.rabbits
+        return plan_servers(needs, hosts, rabbits, least, layout.external, taken)
+
+    plan, notes = x.placements.plan(proposal.needs, planner)
+    written = False
+    try:
+        x.kube.patch_computes(name, list(hosts))
+        for (namespace, server), sets in plan.items():
+            x.kube.patch_servers(server, namespace, sets, notes.get((namespace, server)))
+        written = True
+    finally:
+        x.placements.settle(plan, written)
 
 
 def read_proposal(

@@ -40,6 +40,7 @@ from flux_dws.service.failures import (
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import HALT, Attempts, Done, Halt, Metrics, Tracked
 from flux_dws.service.persistentpush import PersistentPush
+from flux_dws.service.placements import Placements
 
 log = logging.getLogger("flux-dws")
 
@@ -65,6 +66,7 @@ class ActionExecutor:
         health: HealthMonitor | None = None,
         persistent: PersistentPush | None = None,
         records: RecordCache | None = None,
+        placements: Placements | None = None,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -77,6 +79,8 @@ class ActionExecutor:
         self.health = health
         self.persistent = persistent  # the persistentdw a job may not use (service.persistentpush)
         self.records = records  # watched pods and NnfDataMovements (k8s.recordcache)
+        # where exclusive allocations are, for the Servers plan (service.placements)
+        self.placements = placements if placements is not None else Placements(kube)
         self.gids: dict[int, int] = {}  # primary groups found (failed lookups are not kept)
         # The SystemConfiguration's nodes: each one's rabbit, and its externalComputeNodes
         self.rabbits: ComputeLayout | None = None

@@ -41,6 +41,7 @@ from flux_dws.core.storage import rabbit_map
 from flux_dws.flux.resource import NodeControl, NodeStatus
 from flux_dws.k8s import KubeClient, KubeWorker
 from flux_dws.k8s.watch import DELETED, ServersWatch, StorageWatch, qualified_name
+from flux_dws.service.placements import Placements
 
 log = logging.getLogger("flux-dws")
 
@@ -71,8 +72,10 @@ class HealthMonitor:
         worker: KubeWorker,
         kube: KubeClient,
         nodes: NodeControl,
+        placements: Placements | None = None,
     ) -> None:
         self.policy = policy
+        self.placements = placements  # told of every Servers too (service.placements)
         self.loop = loop
         self.worker = worker
         self.kube = kube
@@ -145,10 +148,14 @@ class HealthMonitor:
             self._servers.pop(key, None)
         elif key:
             self._servers[key] = obj
+        if self.placements is not None:
+            self.placements.seen(kind, obj)
 
     def _watch_listed(self, which: str) -> None:
         was = self._ready
         self._listed.add(which)
+        if which == "servers" and self.placements is not None:
+            self.placements.listed()
         if self._ready and not was:
             self.poke()
 

@@ -50,6 +50,7 @@ from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.persistentpush import PersistentPush
+from flux_dws.service.placements import Placements
 from flux_dws.service.presence import Presence
 from flux_dws.service.release import StorageHeld
 from flux_dws.service.upkeep import Upkeep
@@ -109,9 +110,17 @@ class Service:
         self.last_reconcile = 0.0  # seconds the last full pass took on the loop
         # rabbit and node health (service.healthwatch); None where Flux's nodes are not ours
         self.health: HealthMonitor | None = None
+        # where exclusive allocations are (service.placements): health's Servers watch tells
+        # it; without one, every Servers is listed when a job needs it
+        self.placements = Placements(kube)
         if nodes is not None:
             self.health = HealthMonitor(
-                policy=policy, loop=loop, worker=self.worker, kube=kube, nodes=nodes
+                policy=policy,
+                loop=loop,
+                worker=self.worker,
+                kube=kube,
+                nodes=nodes,
+                placements=self.placements,
             )
         # the plugin keeps #DW jobs from the scheduler until told (service.release)
         self.held = StorageHeld(loop=loop, jm=jobmanager, every=policy.heartbeat)
@@ -151,6 +160,7 @@ class Service:
             health=self.health,
             persistent=self.persistent,
             records=self.records,
+            placements=self.placements,
         )
 
     # ------------------------------------------------------------------ start / stop

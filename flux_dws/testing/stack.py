@@ -209,6 +209,7 @@ class Stack:
         Nodes, Ready; its profiles), then its storage controller and a node controller per
         rabbit, on mock hardware."""
         from flux_dws.testing.dwssim.datamovement import DataMover
+        from flux_dws.testing.nnfmock import own_nids
         from flux_dws.testing.realdws import (
             NnfSos,
             data_movement_manager,
@@ -223,6 +224,7 @@ class Stack:
             self.api.store.create("nodes", None, node)
             self.api.store.create("pods", "nnf-system", nnf_node_pod(rabbit))
         install_nnf_profiles(self.api.store)
+        own_nids(self.api.store, list(self.rabbits))  # each rabbit's LNet address (nnfmock)
         self.nnf_sos = NnfSos(self.kubeconfig, self._tmp.name, list(self.rabbits))
         self.nnf_sos.start()
         # DWS makes each rabbit's Storage, nnf-sos reports its status: the service starts on

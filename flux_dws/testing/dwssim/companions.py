@@ -32,6 +32,9 @@ SYSTEM_CONFIGURATION = ("default", "default")  # (namespace, name) nnf-sos reads
 MGTMDT_CAPACITY = 32 * 1024**3
 #: create_persistent may leave capacity out (lustre); the breakdown then asks this much.
 DEFAULT_CAPACITY = 1024**3
+#: nnf-sos's default profile (config/examples): OSTs with ``scale: 5`` and
+#: ``colocateComputes: true``; the MGT/MDT with ``count: 1``.
+OST_SCALE = 5
 
 
 def api_object(plural: str) -> dict[str, str]:
@@ -95,7 +98,7 @@ def allocation_sets(fs_type: str, capacity: int) -> list[dict[str, Any]]:
                 "allocationStrategy": ACROSS_SERVERS,
                 "minimumCapacity": capacity,
                 "label": "ost",
-                "constraints": dict(labels),
+                "constraints": dict(labels, scale=OST_SCALE),
             },
             {  # nnf-sos's default profile (combinedMgtMdt): across the servers, count 1
                 "allocationStrategy": ACROSS_SERVERS,
@@ -114,6 +117,33 @@ def allocation_sets(fs_type: str, capacity: int) -> list[dict[str, Any]]:
             "constraints": dict(labels),
         }
     ]
+
+
+def compute_locations(
+    fs_type: str, sets: Sequence[Mapping[str, Any]], servers_ref: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """The compute location constraints nnf-sos gives a breakdown, one per allocation set
+    (directivebreakdown_controller.go): Lustre over the network (the OSTs, whose profile
+    colocates computes, near them at best), gfs2 both ways, xfs and raw attached."""
+    mandatory = {"network": "mandatory", "physical": "mandatory"}
+    out = []
+    for i, aset in enumerate(sets):
+        if fs_type == "lustre":
+            access = {"network": "mandatory"}
+            if aset["label"] == "ost":
+                access["physical"] = "bestEffort"
+        elif fs_type == "gfs2":
+            access = mandatory
+        else:
+            access = {"physical": "mandatory"}
+        ref = {**servers_ref, "fieldPath": f"servers.spec.allocationSets[{i}]"}
+        out.append(
+            {
+                "access": [{"type": t, "priority": p} for t, p in access.items()],
+                "reference": ref,
+            }
+        )
+    return out
 
 
 def requires_of(directive: Directive) -> list[str]:
@@ -136,21 +166,14 @@ def breakdown(workflow: Mapping[str, Any], directive: Directive) -> dict[str, An
         text = directive.args.get("capacity")
         capacity = parse_size(text) if text else DEFAULT_CAPACITY
         servers_ref = reference("Servers", name, meta["namespace"])
-        access = "network" if fs_type == "lustre" else "physical"
+        sets = allocation_sets(fs_type, capacity)
         status["storage"] = {
             "lifetime": "job" if directive.command == "jobdw" else "persistent",
             "reference": servers_ref,
-            "allocationSets": allocation_sets(fs_type, capacity),
+            "allocationSets": sets,
         }
         status["compute"] = {
-            "constraints": {
-                "location": [
-                    {
-                        "access": [{"type": access, "priority": "mandatory"}],
-                        "reference": servers_ref,
-                    }
-                ]
-            }
+            "constraints": {"location": compute_locations(fs_type, sets, servers_ref)}
         }
     return {
         **api_object("directivebreakdowns"),
