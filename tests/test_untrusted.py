@@ -28,12 +28,19 @@ from flux_dws.core.lifecycle import decide
 from flux_dws.core.policy import Policy, policy_from_table
 from flux_dws.core.request import MAX_DIRECTIVE_BYTES, request_from_attributes
 from flux_dws.core.states import State
-from flux_dws.core.storage import StorageError, breakdown_error, needs_from_breakdowns
+from flux_dws.core.storage import (
+    BreakdownPending,
+    StorageError,
+    breakdown_error,
+    needs_from_breakdowns,
+)
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s.calls import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
+from flux_dws.service.failures import FailureRules
+from flux_dws.service.jobs import Tracked
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.stack import Stack
@@ -189,6 +196,41 @@ def test_breakdown_error_object_shows_the_user_message_not_the_debug_one():
     assert "User error: storage profile not found" in str(info.value)
     assert "secret internal detail" not in str(info.value)
     assert "no user message" in breakdown_error({"debugMessage": "x", "type": "Internal"})
+
+
+def ready_breakdown(error: Any, ready: bool = True) -> dict:
+    storage = {
+        "reference": {"namespace": "default", "name": "bd-0"},
+        "allocationSets": [
+            {"label": "xfs", "allocationStrategy": "AllocatePerCompute", "minimumCapacity": 1024}
+        ],
+    }
+    return breakdown({"ready": ready, "storage": storage, "error": error})
+
+
+def test_a_recoverable_breakdown_error_on_a_ready_breakdown_is_not_a_failure():
+    """nnf-sos sets a Minor error on a DirectiveBreakdown already ready when a later reconcile
+    trips on its own cache ("servers ... already exists") and clears it on the next one: the
+    job failed in Proposal with "Internal error" about one nnf-sos job in five."""
+    minor = {"type": "Internal", "severity": "Minor", "debugMessage": "already exists"}
+    (need,) = needs_from_breakdowns([ready_breakdown(minor)])
+    assert (need.label, need.capacity) == ("xfs", 1024)
+    with pytest.raises(BreakdownPending, match="'bd-0' is not ready: Internal error"):
+        needs_from_breakdowns([ready_breakdown({**minor, "severity": "Major"}, ready=False)])
+    for fatal in ({**minor, "severity": "Fatal"}, {"type": "Internal"}, "broken"):
+        with pytest.raises(StorageError):  # Fatal, or no severity DWS would write: as before
+            needs_from_breakdowns([ready_breakdown(fatal)])
+
+
+def test_a_pending_breakdown_is_retried_within_the_state_timeout_not_failed():
+    rules = FailureRules(Policy())
+    tracked = Tracked(1)
+    tracked.record = {}
+    pending = BreakdownPending("DirectiveBreakdown 'bd-0' is not ready: Internal error")
+    assert rules.give_up(tracked, "reading the Proposal", pending, 1.0) is None
+    late = rules.give_up(tracked, "reading the Proposal", pending, 1e9)
+    assert late and late.startswith("reading the Proposal kept failing for")
+    assert rules.give_up(tracked, "reading the Proposal", ValueError("x"), 1.0)  # permanent
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,16 @@ class StorageError(ValueError):
     """A breakdown or the system configuration does not allow an allocation; one line."""
 
 
+class BreakdownPending(Exception):
+    """A DirectiveBreakdown reports a recoverable error (severity Minor or Major) and is not
+    ready: its driver is still retrying, so the read is tried again later (bounded by the
+    state's timeout), never taken for a failure."""
+
+
+#: DWS ResourceError severities that its drivers retry on their own (dws api, resource_error).
+RECOVERABLE = frozenset({"Minor", "Major"})
+
+
 @dataclass(frozen=True)
 class AllocationNeed:
     """One allocation set of one breakdown: what NNF must allocate, and where it is recorded."""
@@ -98,7 +108,14 @@ def needs_from_breakdowns(breakdowns: Sequence[Any]) -> tuple[AllocationNeed, ..
         status = _mapping(bd, "status", who)
         error = status.get("error")
         if error:
-            raise StorageError(f"{who}: {breakdown_error(error)}")
+            severity = error.get("severity") if isinstance(error, Mapping) else None
+            if severity not in RECOVERABLE:
+                raise StorageError(f"{who}: {breakdown_error(error)}")
+            if status.get("ready") is not True:
+                raise BreakdownPending(f"{who} is not ready: {breakdown_error(error)}")
+            # Ready with a recoverable error: a later reconcile of the driver hit trouble it
+            # retries (nnf-sos: its cache a step behind, "already exists"); what it reported
+            # when it became ready stands.
         storage = _mapping(status, "storage", f"{who}: status")
         if not storage:
             continue

@@ -14,6 +14,7 @@ import pwd
 from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core.policy import Policy
+from flux_dws.core.storage import BreakdownPending
 from flux_dws.k8s import KubeError
 from flux_dws.k8s.errors import is_permanent
 from flux_dws.service.jobs import Tracked
@@ -43,7 +44,7 @@ class FailureRules:
         if record is None or record.get("exception"):
             return None  # nothing left to fail: keep retrying (with backoff)
         text = error_text(exc)
-        if is_permanent(exc):
+        if is_permanent(exc) and not isinstance(exc, BreakdownPending):  # DWS retries it
             return f"{what}: {text}"
         limit = self.state_timeout(tracked)
         if failing_for >= limit:
