@@ -159,11 +159,11 @@ def container_profile(
     if use_mpi:
         launcher = dict(container, name=f"{name}-launcher", command=["mpirun", "dwssim-app"])
         worker = dict(container, name=f"{name}-worker")
+        # nnf-sos's NnfMPISpec: the launcher's and the workers' pod specs, which it copies
+        # into the MPIJob's replica specs
         body["mpiSpec"] = {
-            "mpiReplicaSpecs": {
-                "Launcher": {"template": {"spec": {"containers": [launcher]}}},
-                "Worker": {"template": {"spec": {"containers": [worker]}}},
-            },
+            "launcher": {"containers": [launcher]},
+            "worker": {"containers": [worker]},
             "slotsPerWorker": 1,
         }
     else:
