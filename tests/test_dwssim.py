@@ -493,7 +493,8 @@ def test_crash_loop_fails_after_retry_limit_plus_one(
     )
     container_job(store, "wf-loop", "loop")
     wf = run_to(store, "wf-loop", "PostRun")
-    assert wf["status"]["env"]["NNF_CONTAINER_LAUNCHER"] == "wf-loop-launcher"
+    # nnf-sos: the rabbit its launcher Job runs on (the Job's nodeSelector, the first rabbit)
+    assert wf["status"]["env"]["NNF_CONTAINER_LAUNCHER"] == "rabbit-0"
     assert wf["status"]["env"]["NNF_CONTAINER_HOSTNAMES"] == (
         "wf-loop-launcher,wf-loop-worker-0,wf-loop-worker-1"
     )
@@ -501,6 +502,13 @@ def test_crash_loop_fails_after_retry_limit_plus_one(
     assert wf["status"]["message"] == (
         f"DW Directive 1: Internal error: user container(s) failed to run successfully after "
         f"{attempts} attempts"
+    )
+    # the MPIJob's Failed condition, as mpi-operator (v2beta1, which nnf-sos builds with) sets
+    # it from its launcher Job's: the reason and message of the last failed launcher pod
+    # (none for a container that exits with an error) appended
+    assert entry(wf, 1, "PostRun")["error"] == (
+        "internal error: container MPIJob Failed (BackoffLimitExceeded/): "
+        "Job has reached the specified backoff limit: "
     )
 
 

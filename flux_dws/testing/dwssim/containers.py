@@ -270,9 +270,9 @@ def container_env(workflow: str, namespace: str, nodes: Sequence[str], mpi: bool
         "NNF_CONTAINER_DOMAIN": f"{namespace}.svc.cluster.local",
     }
     if mpi:
-        launcher = f"{workflow}-launcher"
-        hosts = [launcher, *(f"{workflow}-worker-{i}" for i in range(len(nodes)))]
-        env["NNF_CONTAINER_LAUNCHER"] = launcher
+        hosts = [f"{workflow}-launcher", *(f"{workflow}-worker-{i}" for i in range(len(nodes)))]
+        # the rabbit the launcher runs on: its Job's nodeSelector, the first of the rabbits
+        env["NNF_CONTAINER_LAUNCHER"] = nodes[0]
     else:
         hosts = list(nodes)
     env["NNF_CONTAINER_HOSTNAMES"] = ",".join(hosts)
@@ -340,9 +340,10 @@ def postrun_verdict(
         return ResourceError(
             user_message=f"user container(s) failed to run successfully after "
             f"{settings.retry_limit + 1} attempts",
-            debug=f"container MPIJob Failed (BackoffLimitExceeded): "
-            f"MPIJob {namespace}/{workflow} has failed because it has reached the specified "
-            "backoff limit",
+            # mpi-operator appends the last failed launcher pod's reason and message (a
+            # container that exits with an error leaves both empty) to its launcher Job's
+            debug="container MPIJob Failed (BackoffLimitExceeded/): "
+            "Job has reached the specified backoff limit: ",
             severity=FATAL,
         ).fail()
     return ResourceError(
