@@ -365,7 +365,7 @@ def test_format_duration(seconds, text):
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 CRASH = [
     "#DW jobdw type=gfs2 capacity=10GiB name=shared",
-    "#DW container name=app profile=crash-loop DW_JOB_data=shared",
+    "#DW container name=app profile=crash-loop DW_JOB_local_storage=shared",
 ]
 
 

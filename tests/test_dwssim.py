@@ -596,6 +596,41 @@ def test_unknown_profile_is_a_user_error(store: Store, sim: DwsSim) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "directives, message",
+    [
+        (
+            [GFS2, "#DW container name=app profile=ok DW_JOB_data=scratch"],
+            "storage 'DW_JOB_data' not found in container profile 'ok'",
+        ),
+        (
+            [GFS2, "#DW container name=app profile=ok DW_GLOBAL_lus=/lus/x"],
+            "storage 'DW_GLOBAL_lus' is not present in the container profile",
+        ),
+    ],
+)
+def test_container_storage_is_checked_in_proposal_as_nnf_sos_does(
+    store: Store, sim: DwsSim, directives: list[str], message: str
+) -> None:
+    """nnf-sos's validateContainerDirective: the storage is named as its profile lists it."""
+    create(store, "wf-storage", directives)
+    wf = wait_for(store, "wf-storage", settled("Proposal"), "settled in Proposal")
+    assert wf["status"]["message"] == f"DW Directive 1: User error: {message}"
+    assert not exists(store, "nnfcontainerprofiles", "wf-storage-1")
+
+
+def test_a_storage_the_profile_needs_must_be_given(store: Store, sim: DwsSim) -> None:
+    profile = container_profile("needs", "ok")
+    profile["data"]["storages"][0]["optional"] = False
+    store.create("nnfcontainerprofiles", "nnf-system", profile)
+    create(store, "wf-needs", [GFS2, "#DW container name=app profile=needs"])
+    wf = wait_for(store, "wf-needs", settled("Proposal"), "settled in Proposal")
+    assert wf["status"]["message"] == (
+        "DW Directive 1: User error: storage 'DW_JOB_local_storage' in container profile "
+        "'needs' is not optional: storage argument not found in the supplied arguments"
+    )
+
+
 def test_ports_are_granted_in_setup_and_released_in_teardown(store: Store, sim: DwsSim) -> None:
     wf = container_job(store, "wf-ports", "with-ports")
     run_to(store, "wf-ports", "Setup")

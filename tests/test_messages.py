@@ -382,7 +382,7 @@ def test_any_observation_sequence_fails_jobs_in_the_one_form(events, lines) -> N
 XFS = "#DW jobdw type=xfs capacity=1GiB name={}"
 CRASH = [
     "#DW jobdw type=gfs2 capacity=10GiB name=shared",
-    "#DW container name=app profile=crash-loop DW_JOB_data=shared",
+    "#DW container name=app profile=crash-loop DW_JOB_local_storage=shared",
 ]
 
 

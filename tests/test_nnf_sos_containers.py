@@ -56,6 +56,36 @@ def stack():
         yield running
 
 
+#: nnf-sos's Setup may read the job's Servers from its cache before the allocation flux-dws
+#: wrote there (validateServerAllocations, a Fatal WLM error), an informer race that
+#: tests/test_nnf_sos_driver.py's jobs meet too (a few in a hundred here, loaded machine)
+SETUP_RACE = "Setup failed: #DW jobdw type=gfs2 capacity=10GiB name=shared: Allocation request"
+
+
+def run(stack, directives: list[str], **options):
+    """Submit the job and wait for its end; once more if it lost nnf-sos's Setup race
+    (``SETUP_RACE``), which is not what these tests are about."""
+    for _ in range(3):
+        jobid = stack.submit(directives, **options)
+        info = stack.wait(jobid, timeout=180)
+        if not note(info).startswith(SETUP_RACE):
+            return info
+    raise AssertionError(f"nnf-sos's Setup race three times in a row: {note(info)}")
+
+
+def started(stack, directives: list[str], **options) -> int:
+    """Submit the job and wait until its tasks start (past nnf-sos's Setup race)."""
+    for _ in range(3):
+        jobid = stack.submit(directives, **options)
+        try:
+            stack.wait_event(jobid, "start", timeout=120)
+            return jobid
+        except LookupError:  # it ended first
+            info = stack.wait(jobid)
+            assert note(info).startswith(SETUP_RACE), note(info)
+    raise AssertionError("nnf-sos's Setup race three times in a row")
+
+
 def names(info) -> list[str]:
     return [e["name"] for e in info.eventlog]
 
@@ -79,7 +109,7 @@ def assert_clean(stack, info) -> None:
     assert not stack.left_behind(info.id)
     name = workflow_name(stack.identity, info.id)
     for plural in CONTAINER_KINDS:
-        wait_for(lambda p=plural: not mine(stack, p, name), f"{plural} of {name} to go", 30)
+        wait_for(lambda p=plural: not mine(stack, p, name), f"{plural} of {name} to go", 60)
 
 
 def logs(stack, jobid: int) -> tuple[int, str]:
@@ -92,9 +122,8 @@ def logs(stack, jobid: int) -> tuple[int, str]:
 
 
 def test_a_container_job_runs_and_completes_under_nnf_sos(stack):
-    jobid = stack.submit(container("ok"), runtime=1.0)
+    jobid = started(stack, container("ok"), runtime=1.0)  # PreRun done: nnf-sos saw it ready
     name = workflow_name(stack.identity, jobid)
-    stack.wait_event(jobid, "start", timeout=120)  # PreRun done: nnf-sos saw the job ready
     # nnf-sos's Job for the rabbit, owned by the workflow; the pod its controller made, Running
     [job] = [
         j
@@ -136,7 +165,7 @@ def test_a_container_job_runs_and_completes_under_nnf_sos(stack):
 def test_a_container_that_exits_nonzero_fails_the_job_in_postrun(stack):
     """The Job's pod fails; the Job controller retries it retryLimit (6) times and gives up;
     nnf-sos fails PostRun with the Job's condition, which the user reads on the job."""
-    info = stack.wait(stack.submit(container("exit-nonzero"), runtime=0.05), timeout=180)
+    info = run(stack, container("exit-nonzero"), runtime=0.05)
     assert "start" in names(info)
     assert (info.exception or {}).get("type") == "dws" and info.attach_status != 0
     assert note(info).startswith("PostRun failed: "), note(info)
@@ -159,7 +188,7 @@ def test_a_container_that_exits_nonzero_fails_the_job_in_postrun(stack):
 def test_an_mpi_container_that_crashes_fails_after_its_retries(stack):
     """dwssim's crash-loop profile is an MPI one: nnf-sos makes an MPIJob; its launcher Job's
     pods crash until the back-off limit; nnf-sos words the MPIJob's Failed condition."""
-    info = stack.wait(stack.submit(container("crash-loop"), runtime=0.05), timeout=180)
+    info = run(stack, container("crash-loop"), runtime=0.05)
     name = workflow_name(stack.identity, info.id)
     assert "start" in names(info)
     assert "failed to run successfully after 7 attempts" in note(info), note(info)
@@ -181,7 +210,7 @@ def test_an_mpi_container_that_crashes_fails_after_its_retries(stack):
 def test_a_container_that_never_starts_fails_prerun_at_its_profile_timeout(stack):
     """nnf-sos sets the Job's deadline once preRunTimeoutSeconds have passed; the Job
     controller fails it and removes its pod; the job never runs."""
-    info = stack.wait(stack.submit(container("never-start-1s"), runtime=0.05), timeout=120)
+    info = run(stack, container("never-start-1s"), runtime=0.05)
     assert info.result == "FAILED" and "start" not in names(info)
     assert note(info).startswith("PreRun failed: "), note(info)
     assert "user container(s) failed to start after 1 seconds" in note(info), note(info)
@@ -193,12 +222,30 @@ def test_a_container_that_never_starts_fails_prerun_at_its_profile_timeout(stack
 
 
 def test_a_container_that_hangs_fails_postrun_at_its_profile_timeout(stack):
-    info = stack.wait(stack.submit(container("hang-1s"), runtime=0.05), timeout=120)
+    info = run(stack, container("hang-1s"), runtime=0.05)
     assert "start" in names(info)
     assert "user container(s) failed to complete after 1 seconds" in note(info), note(info)
     outcome = info.events("dws-container")[0]["context"]
     assert outcome["state"] == "timed-out" and outcome["phase"] == "PostRun"
-    # the Job controller deleted the running pod at the deadline: its output went with it
-    assert "DeadlineExceeded" in outcome["detail"], outcome
+    assert outcome["detail"].endswith(
+        "container job Failed (DeadlineExceeded): Job was active longer than specified deadline"
+    )
+    # the Job controller deleted the pod at the deadline; it is still stopping (a hung
+    # container is killed at the end of the pod's grace period, 30 s) when flux-dws reads it
+    [app] = [c for c in outcome["containers"] if c["name"] == "hang-1s-app"]
+    assert (app["exit_code"], app["reason"]) == (None, "")
+    saved = json.loads(stack.saved(info.id, OUTPUT_KEY))
+    [log] = [c for c in saved["containers"] if c["name"] == "hang-1s-app"]
+    assert log["state"] == "running" and log["log"] == "hang-1s-app: starting\n"
     assert "DataOut" not in states_entered(info)
+    assert_clean(stack, info)
+
+
+def test_a_storage_its_profile_does_not_list_fails_the_job_in_proposal(stack):
+    """nnf-sos's validateContainerDirective (dwssim says the same: tests/test_dwssim.py)."""
+    dw = [GFS2, "#DW container name=app profile=ok DW_JOB_data=shared"]
+    info = run(stack, dw)
+    assert info.result == "FAILED" and "start" not in names(info)
+    assert note(info).startswith("Proposal failed: "), note(info)
+    assert "storage 'DW_JOB_data' not found in container profile 'ok'" in note(info), note(info)
     assert_clean(stack, info)

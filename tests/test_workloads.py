@@ -219,6 +219,27 @@ def test_the_kubelet_reports_exit_code_and_log_as_the_service_reads_them():
     assert never["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
 
 
+def test_a_deleted_pod_stops_its_containers_a_hung_one_after_the_grace_period():
+    """SIGTERM: a container that exits on it ends with 143 at once; a hung one is killed (137)
+    once the pod's grace period (30 s unless it says) is over; a pod not running goes."""
+    deleted = {"deletionTimestamp": kubelet.rfc3339(at(0))}
+    for image, code, wait in (("dwssim-ok", 143, 0), ("dwssim-hang", 137, 30)):
+        pod = pod_of(image)
+        pod["metadata"].update(deleted)
+        for i in range(2):
+            status, _ = kubelet.next_status(pod, False, at(i))
+            pod = {**pod, "status": status}
+        assert pod["status"]["phase"] == "Running"
+        if wait:
+            assert kubelet.on_deletion(pod, at(wait - 1)) == (None, False)  # still stopping
+        final, release = kubelet.on_deletion(pod, at(wait))
+        assert final["phase"] == "Failed" and not release
+        (app,) = final["containerStatuses"]
+        assert app["state"]["terminated"]["exitCode"] == code
+        assert kubelet.on_deletion({**pod, "status": final}, at(wait)) == (None, True)
+    assert kubelet.on_deletion(pod_of("dwssim-never-start"), at(0)) == (None, True)
+
+
 def test_shutdown_is_the_workflow_reaching_postrun():
     assert not kubelet.shutting_down({"spec": {"desiredState": "PreRun"}})
     assert kubelet.shutting_down({"spec": {"desiredState": "PostRun"}})
@@ -367,8 +388,11 @@ def test_workloads_run_a_job_to_the_end_with_its_logs_and_gc_takes_the_pods():
     log = logs_of(store).read("default", pod["metadata"]["name"], "app")
     assert log.endswith(b"done: exiting 0\n")
     store.delete("jobs", "default", made["metadata"]["name"])  # nnf-sos's Teardown
-    assert store.list("pods", "default")[0] == []  # the garbage collector
-    runner.step(at(6))
+    [pod] = store.list("pods", "default")[0]  # the garbage collector deleted it: Terminating
+    assert pod["metadata"]["deletionTimestamp"]
+    runner.step(at(6))  # the kubelet has nothing to stop: the pod goes
+    assert store.list("pods", "default")[0] == []
+    runner.step(at(7))
     assert logs_of(store).read("default", pod["metadata"]["name"], "app") is None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from flux_dws.core.directives import Directive
 from flux_dws.testing.dwssim.companions import api_object
 from flux_dws.testing.dwssim.outcomes import (
     FATAL,
@@ -212,6 +213,30 @@ def check_access(settings: ProfileSettings, user_id: Any, group_id: Any) -> Fail
             f"container profile '{settings.name}' is restricted to GroupID {settings.group_id}",
             kind=USER,
         )
+    return None
+
+
+def check_storages(profile: Mapping[str, Any], directive: Directive) -> Fail | None:
+    """nnf-sos's validateContainerDirective in Proposal, past what flux-dws's own grammar
+    checks (each storage is a jobdw or persistentdw of the job that a container can mount):
+    every storage argument is one the profile lists in ``storages``, and every storage the
+    profile does not mark optional is given."""
+    name = str((profile.get("metadata") or {}).get("name", ""))
+    storages = [s for s in (profile.get("data") or {}).get("storages") or [] if s]
+    listed = {s.get("name") for s in storages}
+    given = [k for k in directive.args if k.startswith(("DW_JOB_", "DW_PERSISTENT_", "DW_GLOBAL_"))]
+    for key in given:
+        if key not in listed and key.startswith("DW_GLOBAL_"):
+            return fatal(f"storage '{key}' is not present in the container profile", kind=USER)
+        if key not in listed:
+            return fatal(f"storage '{key}' not found in container profile '{name}'", kind=USER)
+    for storage in storages:
+        if not storage.get("optional") and storage.get("name") not in given:
+            return fatal(
+                f"storage '{storage.get('name')}' in container profile '{name}' is not "
+                "optional: storage argument not found in the supplied arguments",
+                kind=USER,
+            )
     return None
 
 

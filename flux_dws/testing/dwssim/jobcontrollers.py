@@ -18,7 +18,8 @@ mpi-operator v2beta1 of 2023-02):
   ``backoffLimit`` have failed: then ``Failed`` (BackoffLimitExceeded, "Job has reached the
   specified backoff limit"); past ``activeDeadlineSeconds`` its running pods are deleted and
   it is ``Failed`` (DeadlineExceeded, "Job was active longer than specified deadline"); a pod
-  that succeeds makes it ``Complete``.  Pods are kept (restartPolicy Never).
+  that succeeds makes it ``Complete``.  Ended pods are kept (restartPolicy Never); a deleted
+  one stops its containers before it goes (``kubelet.on_deletion``).
 - ``sync_mpijob``: the Created condition, a worker pod per replica (``<name>-worker-<i>``) and
   the launcher Job (``<name>-launcher``, labelled ``app=<name>``), Running once the launcher
   and every worker run, Succeeded or Failed as the launcher Job ends (a back-off failure
@@ -36,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flux_dws.testing.dwssim.kubelet import parse_rfc3339, rfc3339
+from flux_dws.testing.dwssim.kubelet import KUBELET_FINALIZER, parse_rfc3339, rfc3339
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
@@ -84,6 +85,12 @@ def _phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
+def _active(pod: Mapping[str, Any]) -> bool:
+    """Pending or Running, and not being deleted (a terminating pod is not counted)."""
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    return _phase(pod) in ("Pending", "Running") and not deleting
+
+
 def _ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -127,6 +134,7 @@ def job_pod(job: Mapping[str, Any]) -> dict[str, Any]:
             "labels": labels,
             "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
             "ownerReferences": [controller_ref(job)],
+            "finalizers": [KUBELET_FINALIZER],
         },
         "spec": dict(template.get("spec") or {}),
     }
@@ -150,52 +158,39 @@ def sync_job(
     sync = Sync()
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
     old = dict(job.get("status") or {})
-    if meta.get("deletionTimestamp"):
-        return sync
+    if meta.get("deletionTimestamp") or job_finished(job):
+        return sync  # an ended Job is left as it ended
     stamp = rfc3339(now)
     status = dict(old)
     status.setdefault("startTime", stamp)
-    active = [p for p in pods if _phase(p) in ("Pending", "Running")]
+    active = [p for p in pods if _active(p)]
     failed = [p for p in pods if _phase(p) == "Failed"]
     succeeded = [p for p in pods if _phase(p) == "Succeeded"]
-    ended = job_finished(job)
-    if ended is None:
-        limit = spec.get("backoffLimit", BACKOFF_LIMIT)
-        deadline = spec.get("activeDeadlineSeconds")
-        started = parse_rfc3339(status["startTime"]) or now
-        if succeeded:
-            status["conditions"] = [
-                *old.get("conditions", []),
-                _condition("Complete", stamp),
-            ]
-            status["completionTime"] = stamp
-        elif len(failed) > limit:
-            status["conditions"] = [
-                *old.get("conditions", []),
-                _condition("Failed", stamp, "BackoffLimitExceeded", BACKOFF_MESSAGE),
-            ]
-        elif isinstance(deadline, int) and now >= started + datetime.timedelta(seconds=deadline):
-            status["conditions"] = [
-                *old.get("conditions", []),
-                _condition("Failed", stamp, "DeadlineExceeded", DEADLINE_MESSAGE),
-            ]
-        elif not active and _backoff_over(failed, now, time_scale):
-            sync.pods.append(job_pod(job))
-        if status.get("conditions") != old.get("conditions"):
-            sync.delete = [p["metadata"]["name"] for p in active]
-            active = []
+    deadline = spec.get("activeDeadlineSeconds")
+    started = parse_rfc3339(status["startTime"]) or now
+    end = None
+    if succeeded:
+        end = _condition("Complete", stamp)
+        status["completionTime"] = stamp
+    elif len(failed) > spec.get("backoffLimit", BACKOFF_LIMIT):
+        end = _condition("Failed", stamp, "BackoffLimitExceeded", BACKOFF_MESSAGE)
+    elif isinstance(deadline, int) and now >= started + datetime.timedelta(seconds=deadline):
+        end = _condition("Failed", stamp, "DeadlineExceeded", DEADLINE_MESSAGE)
+    elif not active and _backoff_over(failed, now, time_scale):
+        sync.pods.append(job_pod(job))
+    if end is not None:  # its pods still running are deleted (they count as failed)
+        status["conditions"] = [*old.get("conditions", []), end]
+        sync.delete = [p["metadata"]["name"] for p in active]
+        active = []
     status.update(
         active=len(active) + len(sync.pods),
         ready=sum(1 for p in active if _ready(p)),
         failed=len(failed) + len(sync.delete),
         succeeded=len(succeeded),
     )
-    if not status["failed"]:
-        status.pop("failed")
-    if not status["succeeded"]:
-        status.pop("succeeded")
-    if not status["active"]:
-        status.pop("active")
+    for key in ("active", "failed", "succeeded"):
+        if not status[key]:
+            status.pop(key)
     sync.status = status if status != old else None
     return sync
 
@@ -265,6 +260,7 @@ def mpi_worker(mpijob: Mapping[str, Any], index: int) -> dict[str, Any]:
             "namespace": meta["namespace"],
             "labels": labels,
             "ownerReferences": [controller_ref(mpijob)],
+            "finalizers": [KUBELET_FINALIZER],
         },
         "spec": spec,
     }
@@ -325,11 +321,9 @@ def sync_mpijob(
     done = any(
         c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True" for c in conditions
     )
-    running_workers = [w for w in workers if _phase(w) == "Running"]
+    running_workers = [w for w in workers if _active(w) and _phase(w) == "Running"]
     if done and status.get("completionTime"):
-        sync.delete = [
-            w["metadata"]["name"] for w in workers if _phase(w) in ("Pending", "Running")
-        ]
+        sync.delete = [w["metadata"]["name"] for w in workers if _active(w)]
         return sync
     status.setdefault("startTime", stamp)
     ended = job_finished(launcher) if launcher is not None else None

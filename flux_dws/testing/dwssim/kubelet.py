@@ -10,7 +10,9 @@ pure functions play them, one step per call:
   an MPI launcher), else the first of its required node affinity's hostnames that no pod of
   the same MPI job and role holds (the workers' anti-affinity);
 - ``next_status``: Pending (the image being pulled), then Running and Ready with every init
-  container Completed, then terminated with the container's exit code.
+  container Completed, then terminated with the container's exit code;
+- ``on_deletion``: a deleted pod's containers stop (SIGTERM; a hung one is killed after the
+  pod's grace period, 30 s by default) before the pod goes.
 
 What a container does comes from its image, as on a real node: dwssim's images
 (``ghcr.io/flux-framework/dwssim-<behaviour>:...``, made by ``containers.container_profile``)
@@ -41,6 +43,11 @@ MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 MPI_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 WORKFLOW_NAME_LABEL = "dataworkflowservices.github.io/workflow.name"
 WORKFLOW_NAMESPACE_LABEL = "dataworkflowservices.github.io/workflow.namespace"
+#: Held by every pod the stand-in runs: a deleted pod stays (Terminating, as the API server
+#: keeps it until its kubelet has stopped its containers) until ``on_deletion`` lets it go.
+KUBELET_FINALIZER = "dwssim.flux-dws.flux-framework.org/kubelet"
+#: a pod's spec.terminationGracePeriodSeconds when it sets none
+GRACE_PERIOD = 30
 #: desiredStates from which nnf-sos has asked a workflow's containers to shut down
 SHUTDOWN_STATES = frozenset(s.value for s in State if s.index >= State.POSTRUN.index)
 
@@ -149,6 +156,37 @@ def next_status(
     if phase != "Running" or not shutdown or _is_worker(pod):
         return None, {}
     return _ended(pod, kinds, stamp, attempt)
+
+
+def on_deletion(
+    pod: Mapping[str, Any], now: datetime.datetime
+) -> tuple[dict[str, Any] | None, bool]:
+    """The kubelet's step for a deleted (Terminating) pod: its final status, if it changes,
+    and whether the pod may go.  Its containers get SIGTERM: a hung one ignores it and is
+    killed (137) once the grace period (real seconds) is over; the others exit at once
+    (143).  A pod that runs nothing goes at once."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return None, True
+    spec = pod.get("spec") or {}
+    grace = spec.get("terminationGracePeriodSeconds")
+    grace = GRACE_PERIOD if not isinstance(grace, int) else grace
+    deleted = parse_rfc3339((pod.get("metadata") or {}).get("deletionTimestamp")) or now
+    kinds = {c.get("name", ""): behavior_of(c)[0] for c in spec.get("containers") or []}
+    hung = any(k is Behavior.HANG for k in kinds.values())
+    if hung and now < deleted + datetime.timedelta(seconds=grace):
+        return None, False
+    stamp = rfc3339(now)
+    statuses = []
+    for entry in status.get("containerStatuses") or []:
+        code = 137 if kinds.get(entry.get("name")) is Behavior.HANG else 143
+        started = ((entry.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+        terminated = {"exitCode": code, "reason": "Error", "startedAt": started}
+        terminated["finishedAt"] = stamp
+        statuses.append(dict(entry, ready=False, started=False, state={"terminated": terminated}))
+    final = dict(status, phase="Failed", containerStatuses=statuses)
+    final["conditions"] = _conditions(stamp, False, "PodFailed")
+    return final, False
 
 
 def _settings(kind: Behavior, attempt: int) -> ProfileSettings:

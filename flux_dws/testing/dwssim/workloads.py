@@ -8,7 +8,9 @@ scheduler and each rabbit's kubelet (``kubelet``), which also writes each contai
 where kubeapi serves ``pods/log``.  Like a controller it is level-triggered: every ``tick``
 it lists the Jobs, MPIJobs and the pods they own and moves each one step, so a write that
 loses a race (409) or an object that is gone (404) is simply looked at again next time.
-Pods that belong to no Job or MPIJob are left alone.
+A deleted pod stays while its containers stop (``kubelet.on_deletion``: a hung one for
+its grace period, in real seconds), as on a real node.  Pods that belong to no Job or
+MPIJob are left alone.
 """
 
 from __future__ import annotations
@@ -133,12 +135,12 @@ class Workloads:
         self._store.replace(plural, meta.get("namespace"), meta["name"], dict(obj, status=status))
 
     def _delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod: it terminates (``kubelet.on_deletion``) before it goes."""
         try:
             self._store.delete("pods", namespace, name)
         except ApiError as exc:
             if exc.code != 404:
                 raise
-        self._forget(namespace, name)
 
     def _forget(self, namespace: str, name: str) -> None:
         self._logs.forget(namespace, name)
@@ -154,9 +156,10 @@ class Workloads:
         owned = self._owned()
         for pod in pods:
             namespace, name = _key(pod)
-            if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                continue
             try:
+                if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    self._terminate(pod, now)
+                    continue
                 if not (pod.get("spec") or {}).get("nodeName"):
                     node = kubelet.schedule(pod, pods)
                     if node is not None:
@@ -178,6 +181,17 @@ class Workloads:
             except ApiError as exc:
                 if exc.code not in (404, 409):
                     raise
+
+    def _terminate(self, pod: dict[str, Any], now: datetime.datetime) -> None:
+        """A deleted pod's containers stop; then the kubelet lets the pod go."""
+        status, release = kubelet.on_deletion(pod, now)
+        if status is not None:
+            self._write_status("pods", pod, status)
+        elif release:
+            meta = pod["metadata"]
+            held = [f for f in meta.get("finalizers") or [] if f != kubelet.KUBELET_FINALIZER]
+            patch = {"metadata": {"finalizers": held, "resourceVersion": meta["resourceVersion"]}}
+            self._store.patch("pods", meta["namespace"], meta["name"], patch)
 
     def _workflow(
         self, pod: Mapping[str, Any], cache: dict[tuple[str, str], Any]
