@@ -38,7 +38,7 @@ from flux_dws.testing.stack import Stack  # noqa: E402
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 CONTAINER = [
     "#DW jobdw type=gfs2 capacity=10GiB name=shared",
-    "#DW container name=app profile=ok DW_JOB_data=shared",
+    "#DW container name=app profile=ok DW_JOB_local_storage=shared",
 ]
 
 

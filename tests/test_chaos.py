@@ -52,7 +52,7 @@ COPY_OUT = "#DW copy_out source=$DW_JOB_scratch/out destination=/lus/out"
 
 
 def container(profile: str) -> tuple[str, ...]:
-    return (GFS2, f"#DW container name=app profile={profile} DW_JOB_data=shared")
+    return (GFS2, f"#DW container name=app profile={profile} DW_JOB_local_storage=shared")
 
 
 @dataclass(frozen=True)

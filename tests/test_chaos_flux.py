@@ -33,14 +33,18 @@ JOBDW = "#DW jobdw type=xfs capacity=1GiB name=scratch"
 # kind -> (directives, what the user's `flux run` reports, a substring of the dws note)
 KINDS = {
     "ok": ([JOBDW], 0, ""),
-    "container-ok": ([GFS2, "#DW container name=app profile=ok DW_JOB_data=shared"], 0, ""),
+    "container-ok": (
+        [GFS2, "#DW container name=app profile=ok DW_JOB_local_storage=shared"],
+        0,
+        "",
+    ),
     "never-start": (
-        [GFS2, "#DW container name=app profile=never-start DW_JOB_data=shared"],
+        [GFS2, "#DW container name=app profile=never-start DW_JOB_local_storage=shared"],
         1,
         "failed to start after",
     ),
     "crash-loop": (
-        [GFS2, "#DW container name=app profile=crash-loop DW_JOB_data=shared"],
+        [GFS2, "#DW container name=app profile=crash-loop DW_JOB_local_storage=shared"],
         1,
         "failed to run successfully",
     ),

@@ -365,7 +365,7 @@ def test_format_duration(seconds, text):
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 CRASH = [
     "#DW jobdw type=gfs2 capacity=10GiB name=shared",
-    "#DW container name=app profile=crash-loop DW_JOB_data=shared",
+    "#DW container name=app profile=crash-loop DW_JOB_local_storage=shared",
 ]
 
 
@@ -398,7 +398,7 @@ def test_status_and_logs_of_a_finished_container_failure(stack):
     assert code == 0
     lead = f"container PostRun failed: {CRASH[1]}: user container(s) failed to run successfully"
     assert f"{f58(jobid)}: {lead}" in out  # the one form first, then DWS's detail
-    assert "\n  detail: container MPIJob Failed (BackoffLimitExceeded): " in out
+    assert "\n  detail: container MPIJob Failed (BackoffLimitExceeded/): " in out
     code, out, _ = run(["status", "--json", str(jobid)], StackSource(stack))
     doc = json.loads(out)
     assert doc["container"]["state"] == "failed" and doc["result"] == "COMPLETED"

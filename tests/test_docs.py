@@ -885,7 +885,7 @@ def seen() -> Iterator[Seen]:
         stack.wait(jobs["rejected"], timeout=WAIT)
         jobs["sample"] = stack.submit(sample_directives(), runtime=0.05)
         for profile in FAILING_PROFILES - {"crash-loop"}:
-            container = f"#DW container name=app profile={profile} DW_JOB_data=shared"
+            container = f"#DW container name=app profile={profile} DW_JOB_local_storage=shared"
             jobs[profile] = stack.submit([gfs2, container], runtime=0.05)
         jobs["deadline"] = stack.submit(
             [JOBDW, "#DW PreRun action=wait"], timeouts={"prerun": "1s"}

@@ -506,7 +506,8 @@ def test_crash_loop_fails_after_retry_limit_plus_one(
     )
     container_job(store, "wf-loop", "loop")
     wf = run_to(store, "wf-loop", "PostRun")
-    assert wf["status"]["env"]["NNF_CONTAINER_LAUNCHER"] == "wf-loop-launcher"
+    # nnf-sos: the rabbit its launcher Job runs on (the Job's nodeSelector, the first rabbit)
+    assert wf["status"]["env"]["NNF_CONTAINER_LAUNCHER"] == "rabbit-0"
     assert wf["status"]["env"]["NNF_CONTAINER_HOSTNAMES"] == (
         "wf-loop-launcher,wf-loop-worker-0,wf-loop-worker-1"
     )
@@ -514,6 +515,13 @@ def test_crash_loop_fails_after_retry_limit_plus_one(
     assert wf["status"]["message"] == (
         f"DW Directive 1: Internal error: user container(s) failed to run successfully after "
         f"{attempts} attempts"
+    )
+    # the MPIJob's Failed condition, as mpi-operator (v2beta1, which nnf-sos builds with) sets
+    # it from its launcher Job's: the reason and message of the last failed launcher pod
+    # (none for a container that exits with an error) appended
+    assert entry(wf, 1, "PostRun")["error"] == (
+        "internal error: container MPIJob Failed (BackoffLimitExceeded/): "
+        "Job has reached the specified backoff limit: "
     )
 
 
@@ -598,6 +606,41 @@ def test_unknown_profile_is_a_user_error(store: Store, sim: DwsSim) -> None:
     wf = wait_for(store, "wf-noprof", settled("Proposal"), "settled in Proposal")
     assert wf["status"]["message"] == (
         "DW Directive 1: User error: container profile 'no-such-profile' not found"
+    )
+
+
+@pytest.mark.parametrize(
+    "directives, message",
+    [
+        (
+            [GFS2, "#DW container name=app profile=ok DW_JOB_data=scratch"],
+            "storage 'DW_JOB_data' not found in container profile 'ok'",
+        ),
+        (
+            [GFS2, "#DW container name=app profile=ok DW_GLOBAL_lus=/lus/x"],
+            "storage 'DW_GLOBAL_lus' is not present in the container profile",
+        ),
+    ],
+)
+def test_container_storage_is_checked_in_proposal_as_nnf_sos_does(
+    store: Store, sim: DwsSim, directives: list[str], message: str
+) -> None:
+    """nnf-sos's validateContainerDirective: the storage is named as its profile lists it."""
+    create(store, "wf-storage", directives)
+    wf = wait_for(store, "wf-storage", settled("Proposal"), "settled in Proposal")
+    assert wf["status"]["message"] == f"DW Directive 1: User error: {message}"
+    assert not exists(store, "nnfcontainerprofiles", "wf-storage-1")
+
+
+def test_a_storage_the_profile_needs_must_be_given(store: Store, sim: DwsSim) -> None:
+    profile = container_profile("needs", "ok")
+    profile["data"]["storages"][0]["optional"] = False
+    store.create("nnfcontainerprofiles", "nnf-system", profile)
+    create(store, "wf-needs", [GFS2, "#DW container name=app profile=needs"])
+    wf = wait_for(store, "wf-needs", settled("Proposal"), "settled in Proposal")
+    assert wf["status"]["message"] == (
+        "DW Directive 1: User error: storage 'DW_JOB_local_storage' in container profile "
+        "'needs' is not optional: storage argument not found in the supplied arguments"
     )
 
 

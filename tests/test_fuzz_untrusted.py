@@ -87,7 +87,7 @@ WORKFLOW: dict[str, Any] = {
         "groupID": 1000,
         "dwDirectives": [
             "#DW jobdw type=gfs2 capacity=10GiB name=shared requires=copy-offload",
-            "#DW container name=app profile=p DW_JOB_data=shared",
+            "#DW container name=app profile=p DW_JOB_local_storage=shared",
         ],
         "hurry": False,
     },

@@ -312,6 +312,7 @@ HEADERS = {
     # served only for nnf-sos, which lists them as it finalizes a workflow: name and age
     "jobs": ["NAME", "AGE"],
     "mpijobs": ["NAME", "AGE"],
+    "services": ["NAME", "AGE"],
     "directivebreakdowns": ["NAME", "READY", "ERROR", "AGE"],
     "servers": ["NAME", "READY", "ERROR", "AGE"],
     "systemconfigurations": ["NAME", "READY", "AGE"],

@@ -30,7 +30,7 @@ from flux_dws.core.workflow import ContainerOutcome, ContainerState, WorkflowVie
 
 POLICY = policy_from_table({})
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
-CONTAINER = "#DW container name=c1 profile=ok DW_JOB_data=shared"
+CONTAINER = "#DW container name=c1 profile=ok DW_JOB_local_storage=shared"
 GFS2 = "#DW jobdw type=gfs2 capacity=10GiB name=shared"
 NOW = 1_800_000_000.0
 NAME = "fluxjob-test-42"

@@ -383,7 +383,7 @@ def test_any_observation_sequence_fails_jobs_in_the_one_form(events, lines) -> N
 XFS = "#DW jobdw type=xfs capacity=1GiB name={}"
 CRASH = [
     "#DW jobdw type=gfs2 capacity=10GiB name=shared",
-    "#DW container name=app profile=crash-loop DW_JOB_data=shared",
+    "#DW container name=app profile=crash-loop DW_JOB_local_storage=shared",
 ]
 
 
@@ -456,8 +456,8 @@ def test_every_failure_the_service_and_plugin_raise_reads_one_way() -> None:
     # "internal error:" (nor status.message's "Internal error:")
     assert f"CONTAINER  {note}" in status.splitlines()
     assert f"{f58(crashed)}: container {note}" in logs.splitlines()
-    assert "DETAIL     container MPIJob Failed (BackoffLimitExceeded): " in status
-    assert "  detail: container MPIJob Failed (BackoffLimitExceeded): " in logs
+    assert "DETAIL     container MPIJob Failed (BackoffLimitExceeded/): " in status
+    assert "  detail: container MPIJob Failed (BackoffLimitExceeded/): " in logs
     assert "error:" not in (status + logs).lower()
     with FakeFlux(service_wait=0.05) as flux:
         jobid = flux.submit({"dw": XFS.format("scratch")}, runtime=0.0)

@@ -135,7 +135,7 @@ def test_container_and_copy_jobs_list_no_pods_or_movements_after_start_up(monkey
     copies = [
         "#DW jobdw type=gfs2 capacity=10GiB name=shared",
         "#DW copy_in source=/lus/in destination=$DW_JOB_shared/in",
-        "#DW container name=app profile=ok DW_JOB_data=shared",
+        "#DW container name=app profile=ok DW_JOB_local_storage=shared",
         "#DW copy_out source=$DW_JOB_shared/out destination=/lus/out",
     ]
     with Stack() as stack:

@@ -30,7 +30,7 @@ GFS2 = "#DW jobdw type=gfs2 capacity=10GiB name=shared"
 
 
 def container(profile: str) -> list[str]:
-    return [GFS2, f"#DW container name=app profile={profile} DW_JOB_data=shared"]
+    return [GFS2, f"#DW container name=app profile={profile} DW_JOB_local_storage=shared"]
 
 
 def cli(stack, *args: str) -> str:

@@ -20,7 +20,7 @@ OWNER = 1000
 USER = 2000
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 COPY_IN = "#DW copy_in source=/lus/in destination=$DW_JOB_scratch/in"
-CONTAINER = "#DW container name=app profile=red-rock DW_JOB_data=shared"
+CONTAINER = "#DW container name=app profile=red-rock DW_JOB_local_storage=shared"
 GFS2 = "#DW jobdw type=gfs2 capacity=100GB name=shared"
 CREATE = "#DW create_persistent name=keep type=lustre capacity=1TiB"
 DESTROY = "#DW destroy_persistent name=keep"

@@ -26,7 +26,7 @@ ON_REAL_DWS = True  # tests/conftest.py: the stack runs on the real DWS backends
 
 
 def container(profile: str) -> list[str]:
-    return [GFS2, f"#DW container name=app profile={profile} DW_JOB_data=shared"]
+    return [GFS2, f"#DW container name=app profile={profile} DW_JOB_local_storage=shared"]
 
 
 def names(info) -> list[str]:

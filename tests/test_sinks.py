@@ -215,7 +215,7 @@ def test_hostile_text_reaches_every_sink_only_as_readable_text(stack, caplog):
         dict(dw=JOBDW, nnodes=4, tolerance=1),  # compute-03's mount fails: it is drained
         dict(dw=[JOBDW, f"#DW Teardown action=error message={WORD} severity=Fatal"], nnodes=2),
         dict(dw=[JOBDW, f"#DW copy_in source=/lus/missing/{WORD} destination=$DW_JOB_scratch/x"]),
-        dict(dw=[GFS2, "#DW container name=app profile=ok DW_JOB_data=shared"]),
+        dict(dw=[GFS2, "#DW container name=app profile=ok DW_JOB_local_storage=shared"]),
     ]
     jobs, infos = [], []
     for submit in submits:

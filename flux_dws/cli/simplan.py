@@ -43,7 +43,7 @@ ERROR_STATES = (
 
 
 def _container(profile: str) -> tuple[str, ...]:
-    return (GFS2, f"#DW container name=app profile={profile} DW_JOB_data=shared")
+    return (GFS2, f"#DW container name=app profile={profile} DW_JOB_local_storage=shared")
 
 
 @dataclass(frozen=True)

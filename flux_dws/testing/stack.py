@@ -89,6 +89,7 @@ class Stack:
         self.nnf_sos: Any = None
         self.compute_mounts: Any = None  # dwssim's clientmountd on the computes (nnf="sos")
         self.data_mover: Any = None  # dwssim's nnf-dm (nnf="sos")
+        self.workloads: Any = None  # dwssim's Job controller, MPI operator, kubelets (nnf="sos")
         self._serving: Any = None  # the CRD kinds served while this stack runs (nnf="sos")
         if webhook not in ("port", "real"):
             raise ValueError(f"webhook must be 'port' or 'real', not {webhook!r}")
@@ -209,6 +210,7 @@ class Stack:
         Nodes, Ready; its profiles), then its storage controller and a node controller per
         rabbit, on mock hardware."""
         from flux_dws.testing.dwssim.datamovement import DataMover
+        from flux_dws.testing.dwssim.workloads import Workloads
         from flux_dws.testing.nnfmock import own_nids
         from flux_dws.testing.realdws import (
             NnfSos,
@@ -244,6 +246,9 @@ class Stack:
         # plays it, beside the manager object its deployment makes.
         self.api.store.create("nnfdatamovementmanagers", "nnf-dm-system", data_movement_manager())
         self.data_mover = DataMover(self.api.store).start()
+        # No kubelet or Job controller runs here: dwssim runs the container Jobs and MPIJobs
+        # nnf-sos makes, their pods and the containers' logs.
+        self.workloads = Workloads(self.api.store, self.time_scale).start()
 
     def _start_real_webhook(self) -> None:
         from flux_dws.testing.kubeapi.admission import register_remote_webhooks
@@ -390,6 +395,7 @@ class Stack:
             self.sim and self.sim.stop,
             self.compute_mounts and self.compute_mounts.stop,
             self.data_mover and self.data_mover.stop,
+            self.workloads and self.workloads.stop,
             self.nnf_sos and self.nnf_sos.stop,
             self.real_dws and self.real_dws.stop,
             self.real_webhook and self.real_webhook.stop,

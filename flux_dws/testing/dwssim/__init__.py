@@ -5,7 +5,10 @@ It watches Workflows in the in-process store of ``flux_dws.testing.kubeapi`` and
 them as DWS, nnf-sos and DWS's test driver do (dws-api.md sections 1-5): state entry and
 roll-up, Computes and DirectiveBreakdowns, Servers status, the job's environment, the
 copy-offload token, forceReady, and user containers whose behaviour comes from their
-NnfContainerProfile, with nnf-sos's own error messages.
+NnfContainerProfile, with nnf-sos's own error messages.  Beside nnf-sos itself
+(``Stack(nnf="sos")``) only its node-side players run: ``computemounts.ComputeMounts``
+(clientmountd), ``datamovement.DataMover`` (nnf-dm) and ``workloads.Workloads`` (the Job
+controller, MPI operator and kubelets that run nnf-sos's container jobs).
 
     store = Store()
     seed(store, computes=["node0", "node1"])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from flux_dws.core.directives import Directive
 from flux_dws.testing.dwssim.companions import api_object
 from flux_dws.testing.dwssim.outcomes import (
     FATAL,
@@ -159,11 +160,11 @@ def container_profile(
     if use_mpi:
         launcher = dict(container, name=f"{name}-launcher", command=["mpirun", "dwssim-app"])
         worker = dict(container, name=f"{name}-worker")
+        # nnf-sos's NnfMPISpec: the launcher's and the workers' pod specs, which it copies
+        # into the MPIJob's replica specs
         body["mpiSpec"] = {
-            "mpiReplicaSpecs": {
-                "Launcher": {"template": {"spec": {"containers": [launcher]}}},
-                "Worker": {"template": {"spec": {"containers": [worker]}}},
-            },
+            "launcher": {"containers": [launcher]},
+            "worker": {"containers": [worker]},
             "slotsPerWorker": 1,
         }
     else:
@@ -212,6 +213,30 @@ def check_access(settings: ProfileSettings, user_id: Any, group_id: Any) -> Fail
             f"container profile '{settings.name}' is restricted to GroupID {settings.group_id}",
             kind=USER,
         )
+    return None
+
+
+def check_storages(profile: Mapping[str, Any], directive: Directive) -> Fail | None:
+    """nnf-sos's validateContainerDirective in Proposal, past what flux-dws's own grammar
+    checks (each storage is a jobdw or persistentdw of the job that a container can mount):
+    every storage argument is one the profile lists in ``storages``, and every storage the
+    profile does not mark optional is given."""
+    name = str((profile.get("metadata") or {}).get("name", ""))
+    storages = [s for s in (profile.get("data") or {}).get("storages") or [] if s]
+    listed = {s.get("name") for s in storages}
+    given = [k for k in directive.args if k.startswith(("DW_JOB_", "DW_PERSISTENT_", "DW_GLOBAL_"))]
+    for key in given:
+        if key not in listed and key.startswith("DW_GLOBAL_"):
+            return fatal(f"storage '{key}' is not present in the container profile", kind=USER)
+        if key not in listed:
+            return fatal(f"storage '{key}' not found in container profile '{name}'", kind=USER)
+    for storage in storages:
+        if not storage.get("optional") and storage.get("name") not in given:
+            return fatal(
+                f"storage '{storage.get('name')}' in container profile '{name}' is not "
+                "optional: storage argument not found in the supplied arguments",
+                kind=USER,
+            )
     return None
 
 
@@ -270,9 +295,9 @@ def container_env(workflow: str, namespace: str, nodes: Sequence[str], mpi: bool
         "NNF_CONTAINER_DOMAIN": f"{namespace}.svc.cluster.local",
     }
     if mpi:
-        launcher = f"{workflow}-launcher"
-        hosts = [launcher, *(f"{workflow}-worker-{i}" for i in range(len(nodes)))]
-        env["NNF_CONTAINER_LAUNCHER"] = launcher
+        hosts = [f"{workflow}-launcher", *(f"{workflow}-worker-{i}" for i in range(len(nodes)))]
+        # the rabbit the launcher runs on: its Job's nodeSelector, the first of the rabbits
+        env["NNF_CONTAINER_LAUNCHER"] = nodes[0]
     else:
         hosts = list(nodes)
     env["NNF_CONTAINER_HOSTNAMES"] = ",".join(hosts)
@@ -340,9 +365,10 @@ def postrun_verdict(
         return ResourceError(
             user_message=f"user container(s) failed to run successfully after "
             f"{settings.retry_limit + 1} attempts",
-            debug=f"container MPIJob Failed (BackoffLimitExceeded): "
-            f"MPIJob {namespace}/{workflow} has failed because it has reached the specified "
-            "backoff limit",
+            # mpi-operator appends the last failed launcher pod's reason and message (a
+            # container that exits with an error leaves both empty) to its launcher Job's
+            debug="container MPIJob Failed (BackoffLimitExceeded/): "
+            "Job has reached the specified backoff limit: ",
             severity=FATAL,
         ).fail()
     return ResourceError(

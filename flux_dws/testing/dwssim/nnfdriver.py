@@ -35,6 +35,7 @@ from flux_dws.testing.dwssim.containers import (
     PROFILE_PLURAL,
     ProfileSettings,
     check_access,
+    check_storages,
     container_nodes,
     pinned_copy,
     ports_failure,
@@ -223,6 +224,7 @@ class NnfDriver(StoreWriter):
             return fatal(debug=f"container profile '{name}': {exc}")
         spec = wf["spec"]
         denied = check_access(settings, spec.get("userID"), spec.get("groupID"))
+        denied = denied or check_storages(profile, d)
         if denied is not None:
             return denied
         metadata = cmp.child_metadata(wf, cmp.indexed_name(wf, d.index))

@@ -50,7 +50,7 @@ def pods(
         container = role
         meta = child_metadata(workflow, pod_name)
         meta["labels"].update({CONTAINER_LABEL: name, DIRECTIVE_INDEX_LABEL: str(index)})
-        status, log = _state(settings, role, stage)
+        status, log = container_state(settings, role, stage)
         phase = _phase(status)
         pod = {
             **api_object("pods"),
@@ -85,8 +85,11 @@ def _phase(status: Mapping[str, Any]) -> str:
     return "Running" if "running" in state else "Pending"
 
 
-def _state(settings: ProfileSettings, role: str, stage: str) -> tuple[dict[str, Any], str | None]:
-    """The container's status entry and its log (None: it never started, so none)."""
+def container_state(
+    settings: ProfileSettings, role: str, stage: str
+) -> tuple[dict[str, Any], str | None]:
+    """The container's status entry and its log (None: it never started, so none); ``role``
+    names the container in its log.  The kubelet beside nnf-sos (dwssim.kubelet) uses it too."""
     kind = settings.behavior
     if kind is Behavior.NEVER_START:
         return {"state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 0}, None

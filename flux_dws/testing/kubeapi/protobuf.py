@@ -3,9 +3,11 @@
 
 kubectl's typed commands (`kubectl create namespace`, `kubectl create secret`) send their
 object as application/vnd.kubernetes.protobuf: the "k8s\\x00" magic, a runtime.Unknown
-envelope, and the object's protobuf encoding.  The server answers in JSON, which the client
-also accepts.  Only the messages those commands use are described here, by field number as
-in k8s.io/api's generated.proto; anything else is a 415.
+envelope, and the object's protobuf encoding; so does controller-runtime (nnf-sos) for every
+built-in kind it writes.  The server answers in JSON, which the client also accepts.  Only
+the messages those clients use are described here (the workload kinds nnf-sos writes in
+``protobuf_workloads``), by field number as in k8s.io/api's generated.proto; anything else is
+a 415.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import base64
 from datetime import datetime, timezone
 from typing import Any
 
+from . import protobuf_workloads
 from .errors import ApiError, bad_request
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
@@ -46,19 +49,20 @@ OBJECT_META = {
     13: ("ownerReferences", [_OWNER]),
     14: ("finalizers", ["str"]),
 }
-_MESSAGES: dict[str, dict[int, tuple[str, Any]]] = {
-    "Namespace": {
+_MESSAGES: dict[tuple[str, str], dict[int, tuple[str, Any]]] = {
+    ("v1", "Namespace"): {
         1: ("metadata", OBJECT_META),
         2: ("spec", {1: ("finalizers", ["str"])}),
         3: ("status", {1: ("phase", "str")}),
     },
-    "Secret": {
+    ("v1", "Secret"): {
         1: ("metadata", OBJECT_META),
         2: ("data", "bmap"),
         3: ("type", "str"),
         4: ("stringData", "map"),
-        5: ("immutable", "bool"),
+        5: ("immutable", "bool?"),
     },
+    **protobuf_workloads.messages(OBJECT_META),
 }
 
 
@@ -70,8 +74,10 @@ def decode(data: bytes) -> dict:
     type_meta = _fields(_first(envelope, 1, b""))
     api_version = _first(type_meta, 1, b"").decode()
     kind = _first(type_meta, 2, b"").decode()
-    message = _MESSAGES.get(kind)
-    if message is None or api_version != "v1":
+    message = _MESSAGES.get((api_version, kind))
+    if kind == "DeleteOptions":  # registered in every group version
+        message = protobuf_workloads.DELETE_OPTIONS
+    if message is None:
         raise ApiError(
             415,
             "UnsupportedMediaType",
@@ -131,18 +137,36 @@ def _message(schema: dict[int, tuple[str, Any]], data: bytes) -> dict:
             continue
         name, kind = schema[number]
         if isinstance(kind, list):
-            obj.setdefault(name, []).append(_value(kind[0], raw))
-        elif kind in ("map", "bmap"):
+            if kind[0] == "int" and isinstance(raw, bytes):  # packed
+                obj.setdefault(name, []).extend(_value("int", v) for v in _packed(raw))
+            else:
+                obj.setdefault(name, []).append(_value(kind[0], raw))
+        elif kind in ("map", "bmap", "qmap"):
             entry = _fields(raw)
             key = _first(entry, 1, b"").decode()
             value = _first(entry, 2, b"")
-            text = base64.b64encode(value).decode() if kind == "bmap" else value.decode()
-            obj.setdefault(name, {})[key] = text
+            if kind == "qmap":
+                obj.setdefault(name, {})[key] = _value("quantity", value)
+            else:
+                text = base64.b64encode(value).decode() if kind == "bmap" else value.decode()
+                obj.setdefault(name, {})[key] = text
+        elif name == "":  # an embedded Go struct: its fields are the parent's in JSON
+            obj.update(_value(kind, raw))
+        elif isinstance(kind, str) and kind.endswith("?"):  # a pointer: zero is a value
+            obj[name] = _value(kind[:-1], raw)
         else:
             value = _value(kind, raw)
             if value not in ("", 0, False):  # proto2 writes zero values; JSON omits them
                 obj[name] = value
     return obj
+
+
+def _packed(raw: bytes) -> list[int]:
+    values, at = [], 0
+    while at < len(raw):
+        value, at = _varint(raw, at)
+        values.append(value)
+    return values
 
 
 def _value(kind: Any, raw: Any) -> Any:
@@ -154,6 +178,13 @@ def _value(kind: Any, raw: Any) -> Any:
         return raw - (1 << 64) if raw >= 1 << 63 else raw
     if kind == "bool":
         return bool(raw)
+    if kind == "quantity":  # resource.Quantity: {1: its string form}
+        return _first(_fields(raw), 1, b"").decode()
+    if kind == "intorstr":  # intstr.IntOrString: {1: type (1: string), 2: int, 3: string}
+        fields = _fields(raw)
+        if _first(fields, 1, 0) == 1:
+            return _first(fields, 3, b"").decode()
+        return _value("int", _first(fields, 2, 0))
     if kind == _TIME:
         seconds = _first(_fields(raw), 1, 0)
         return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

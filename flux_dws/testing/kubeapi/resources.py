@@ -216,6 +216,16 @@ RESOURCES: tuple[Resource, ...] = (
     # batch Jobs, and the MPI operator's MPIJobs, whose CRD an NNF system installs with it
     Resource("jobs", "Job", "batch", CORE_VERSIONS, columns=_AGE, subresources=_STATUS),
     Resource("mpijobs", "MPIJob", "kubeflow.org", ("v2beta1",), columns=_AGE, subresources=_STATUS),
+    # nnf-sos fronts a workflow's non-MPI container pods with a headless Service of its name
+    Resource(
+        "services",
+        "Service",
+        "",
+        CORE_VERSIONS,
+        short_names=("svc",),
+        columns=_AGE,
+        subresources=_STATUS,
+    ),
     # nnf-sos's storage controller watches Nodes (its rabbits' labels and taints)
     Resource(
         "nodes",
