@@ -20,7 +20,6 @@ is a cache of those, plus what it read from Proposal, which it reads again after
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -47,6 +46,7 @@ from flux_dws.service import dispatch
 from flux_dws.service.executor import ActionExecutor, version_number
 from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
+from flux_dws.service.inbox import Inbox
 from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.persistentpush import PersistentPush
@@ -100,11 +100,8 @@ class Service:
         self.listed = False  # the first list of our workflows has been delivered
         self._watch: WorkflowWatch | None = None
         self._stopped = False
-        # Watch events waiting for the loop, newest per workflow: under a backlog only the
-        # latest version of each workflow is worth parsing and deciding on.
-        self._inbox: dict[tuple[str, str], tuple[str, dict[str, Any], float]] = {}
-        self._inbox_lock = threading.Lock()
-        self._inbox_queued = False
+        # Watch events waiting for the loop, newest per workflow (service.inbox)
+        self.inbox = Inbox(loop, lambda kind, obj, seen: self._on_workflow_event(kind, obj, seen))
         self.window = ProposalWindow(policy.max_proposals)
         self.reconciled_at: float | None = None  # the first full decision pass
         self.last_reconcile = 0.0  # seconds the last full pass took on the loop
@@ -281,28 +278,8 @@ class Service:
                 self.reconciled_at = time.time()
 
     def _on_workflow_event_thread(self, kind: str, obj: dict[str, Any]) -> None:
-        """Called on the watch thread: stamp the time and leave the event in the inbox.
-
-        Events for one workflow (name and uid) that the loop has not reached yet collapse
-        into the newest, keeping the first one's time; one drain per batch is queued.  The
-        order of first arrival is kept, so a DELETED and a re-creation stay in order.
-        """
-        meta = untrusted.mapping(obj.get("metadata"))
-        key = (untrusted.field(meta.get("name")), untrusted.field(meta.get("uid")))
-        seen = time.monotonic()
-        with self._inbox_lock:
-            waiting = self._inbox.get(key)
-            self._inbox[key] = (kind, obj, waiting[2] if waiting else seen)
-            if self._inbox_queued:
-                return
-            self._inbox_queued = True
-        self.loop.call_soon(self._drain_inbox)
-
-    def _drain_inbox(self) -> None:
-        with self._inbox_lock:
-            inbox, self._inbox, self._inbox_queued = self._inbox, {}, False
-        for kind, obj, seen in inbox.values():
-            self._on_workflow_event(kind, obj, seen)
+        """Called on the watch thread: the event waits in the inbox for the loop."""
+        self.inbox.put(kind, obj)
 
     def _on_workflow_event(self, kind: str, obj: dict[str, Any], seen: float) -> None:
         jobid = owned_jobid(obj, self.kube.identity)
@@ -335,8 +312,7 @@ class Service:
         self._kick(jobid)
 
     def inbox_depth(self) -> int:
-        with self._inbox_lock:
-            return len(self._inbox)
+        return self.inbox.depth()
 
     def _tracked(self, jobid: int) -> Tracked:
         if jobid not in self.jobs:
