@@ -32,7 +32,7 @@ from flux_dws.core import lifecycle as lc
 from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.jobview import JobPhase, JobView
 from flux_dws.core.policy import Policy
-from flux_dws.core.reconcile import startup_order
+from flux_dws.core.reconcile import may_decide, startup_order, waits_for_list
 from flux_dws.core.release import held_parts
 from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
@@ -247,8 +247,9 @@ class Service:
                 self._kick(int(record["id"]))
 
     def _on_listed(self) -> None:
-        """Every workflow of ours is known: decisions may start (a job whose workflow is not
-        listed now really has none, rather than one not seen yet)."""
+        """Every workflow of ours is known: the jobs that waited for the whole list are
+        decided now (a job whose workflow is not listed now really has none, rather than
+        one on a later page), and orphans swept (core.reconcile.waits_for_list)."""
         if self.listed:
             return
         self.listed = True
@@ -258,17 +259,22 @@ class Service:
             self.health.hold_first(held_parts(listed), lambda _e: self.held.holds_ready())
         else:
             self.held.holds_ready()  # nothing of Fluxion is ours to mark
-        self._kick_all()
+        self._kick_all(waiting=True)
 
     def _count_workflows(self) -> int:
         return sum(1 for t in self.jobs.values() if t.workflow is not None)
 
-    def _kick_all(self) -> None:
-        """Decide for every job: in-flight ones first, then new ones in submit order."""
+    def _kick_all(self, *, waiting: bool = False) -> None:
+        """Decide for every job (``waiting``: every job that waited for the whole workflow
+        list, the others were decided as their workflow came): in-flight ones first, then new
+        ones in submit order."""
         began = time.perf_counter()
+        jobs = self.jobs.values()
+        if waiting:
+            jobs = [t for t in jobs if waits_for_list(t.record is not None, _seen(t))]
         order = startup_order(
             (t.jobid, t.workflow is not None, float((t.record or {}).get("t_submit", 0.0)))
-            for t in self.jobs.values()
+            for t in jobs
         )
         for jobid in order:
             self._kick(jobid)
@@ -332,14 +338,16 @@ class Service:
         self._decide(tracked)
 
     def view(self, tracked: Tracked) -> JobView | None:
-        """The JobView for a tracked job (GONE for an orphan); None until both the job snapshot
-        and the first workflow list are in, since either alone could make a job look orphaned
-        or its workflow look vanished.
+        """The JobView for a tracked job (GONE for an orphan); None until it may be decided:
+        after the job snapshot, and, while the first workflow list is still paging, only for
+        a held job whose workflow came on a page already (core.reconcile.may_decide): either
+        observation alone could make a job look orphaned or its workflow look vanished.
 
         The owner's primary group is the one found earlier, or -1: the lookup itself (which
         may block on NSS) runs on a worker when the workflow is to be created.
         """
-        if not (self.synced and self.listed):
+        held = tracked.record is not None
+        if not may_decide(synced=self.synced, listed=self.listed, held=held, seen=_seen(tracked)):
             return None
         if tracked.record is None:
             return JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
@@ -503,6 +511,11 @@ class Service:
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+
+def _seen(tracked: Tracked) -> bool:
+    """The job's workflow has been read (readable or not)."""
+    return tracked.workflow is not None or bool(tracked.unreadable)
 
 
 def _ignore(_response: Any, _error: Any) -> None:
