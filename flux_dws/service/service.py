@@ -43,6 +43,7 @@ from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache
 from flux_dws.service import dispatch
+from flux_dws.service.collector import StartupCollector
 from flux_dws.service.executor import ActionExecutor, version_number
 from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
@@ -104,6 +105,8 @@ class Service:
         self.inbox = Inbox(loop, lambda kind, obj, seen: self._on_workflow_event(kind, obj, seen))
         self.window = ProposalWindow(policy.max_proposals)
         self.reconciled_at: float | None = None  # the first full decision pass
+        # Python's collector waits until then (service.collector)
+        self.collector = StartupCollector(loop)
         self.last_reconcile = 0.0  # seconds the last full pass took on the loop
         # rabbit and node health (service.healthwatch); None where Flux's nodes are not ours
         self.health: HealthMonitor | None = None
@@ -164,6 +167,7 @@ class Service:
 
     def start(self) -> None:
         """Subscribe to job records and workflow events (call on the loop's thread)."""
+        self.collector.pause()
         self._watch = WorkflowWatch(
             self.kube,
             self._on_workflow_event_thread,
@@ -192,6 +196,7 @@ class Service:
         if self.health is not None:
             self.health.stop()
         self.worker.stop()
+        self.collector.stop()
         for tracked in self.jobs.values():
             if tracked.timer:
                 tracked.timer.cancel()
@@ -282,6 +287,7 @@ class Service:
             self.last_reconcile = time.perf_counter() - began
             if self.reconciled_at is None:
                 self.reconciled_at = time.time()
+                self.loop.call_soon(self.collector.settle)
 
     def _on_workflow_event_thread(self, kind: str, obj: dict[str, Any]) -> None:
         """Called on the watch thread: the event waits in the inbox for the loop."""
