@@ -663,6 +663,29 @@ def test_a_watch_over_every_namespace_tells_same_named_objects_apart():
     assert list(delivered.objects) == ["b/fluxjob-1-0"]
 
 
+def test_a_list_taken_page_by_page_tells_what_went_only_at_its_end():
+    """Each page's objects are handed over as it comes; what is missing may be on a later
+    page, so DELETED waits for the last.  A list started again (its continue token expired)
+    counts from its fresh page: what the aborted one showed and the new one does not, went."""
+
+    def wf(name: str, rv: int) -> dict:
+        return {"metadata": {"name": name, "resourceVersion": str(rv), "uid": name}}
+
+    delivered = Delivered()
+    delivered.relist([wf("a", 1), wf("b", 2), wf("c", 3)], "3")
+    assert delivered.list_page([wf("a", 1), wf("d", 4)], fresh=True) == [("ADDED", wf("d", 4))]
+    assert delivered.list_page([wf("e", 5)], fresh=False) == [("ADDED", wf("e", 5))]
+    # the token expired: the list starts again, where "d" has gone and "b" changed
+    assert delivered.list_page([wf("a", 1), wf("b", 6)], fresh=True) == [("MODIFIED", wf("b", 6))]
+    assert delivered.list_page([wf("e", 5)], fresh=False) == []
+    gone = delivered.list_done("6")
+    assert sorted((kind, obj["metadata"]["name"]) for kind, obj in gone) == [
+        ("DELETED", "c"),
+        ("DELETED", "d"),
+    ]
+    assert sorted(delivered.objects) == ["a", "b", "e"]
+
+
 # -- the worker ------------------------------------------------------------------------
 
 

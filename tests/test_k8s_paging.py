@@ -147,3 +147,33 @@ def test_the_watch_lists_and_relists_in_pages_and_keeps_no_managed_fields(kubeap
         assert sorted(name for _, name in seen) == expected  # nothing changed: no deliveries
     finally:
         watch.stop()
+
+
+def test_the_watch_hands_over_each_page_as_it_comes_and_is_listed_after_the_last(kubeapi, kube):
+    """The service decides on a page's workflows while the next pages are on their way: the
+    first page is delivered while the second is held back by the server, and the list counts
+    as complete (on_listed) only once the last page is in."""
+    expected = make(kube, range(1, 6))
+    seen: list[str] = []
+    listed: list[int] = []
+    watch = WorkflowWatch(
+        kube,
+        lambda kind, obj: seen.append(obj["metadata"]["name"]),
+        on_listed=lambda: listed.append(len(seen)),
+        backoff_max=0.2,
+        backoff_base=0.02,
+        watch_timeout=30,
+    )
+    held = kubeapi.faults.hold_pages("workflows")
+    kubeapi.reset_counts()
+    watch.start()
+    try:
+        wait_for(lambda: len(seen) == 2, what="the first page's workflows")
+        wait_for(lambda: kubeapi.faults.pages_waiting("workflows") == 1, what="page 2 asked")
+        assert seen == expected[:2] and listed == []  # page 2 is held: not listed yet
+        held.set()
+        wait_for(lambda: listed, what="the list's end")
+        assert seen == expected and listed == [5]
+    finally:
+        held.set()
+        watch.stop()

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""Ownership and start-up order: the pure parts of reconciliation."""
+"""Ownership, what may be decided while the list pages, and start-up order: the pure parts of
+reconciliation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import copy
 import pytest
 
 from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL, owned_jobid, workflow_name
-from flux_dws.core.reconcile import plan_cleanup, startup_order
+from flux_dws.core.reconcile import may_decide, plan_cleanup, startup_order, waits_for_list
 
 
 def workflow(identity: str = "east", jobid: int = 42) -> dict:
@@ -59,3 +60,28 @@ def test_another_instance_with_a_look_alike_name_is_never_swept():
 def test_startup_takes_in_flight_jobs_first_then_new_ones_in_submit_order():
     jobs = [(5, False, 50.0), (1, True, 90.0), (3, False, 10.0), (2, True, 20.0)]
     assert startup_order(jobs) == [2, 1, 3, 5]
+
+
+@pytest.mark.parametrize("listed", [False, True])
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("seen", [False, True])
+def test_nothing_is_decided_before_the_job_snapshot(listed, held, seen):
+    assert not may_decide(synced=False, listed=listed, held=held, seen=seen)
+
+
+def test_while_the_list_pages_only_a_held_job_with_its_workflow_seen_is_decided():
+    """A held job whose workflow is not seen yet may have it on a later page (deciding now
+    would create a second); a workflow without a held job is swept only on the whole list."""
+    assert may_decide(synced=True, listed=False, held=True, seen=True)
+    assert not may_decide(synced=True, listed=False, held=True, seen=False)
+    assert not may_decide(synced=True, listed=False, held=False, seen=True)
+    assert not may_decide(synced=True, listed=False, held=False, seen=False)
+    assert not waits_for_list(held=True, seen=True)
+    assert waits_for_list(held=True, seen=False)
+    assert waits_for_list(held=False, seen=True)
+
+
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("seen", [False, True])
+def test_on_the_whole_list_every_job_is_decided(held, seen):
+    assert may_decide(synced=True, listed=True, held=held, seen=seen)

@@ -9,7 +9,7 @@ jittered retries, every attempt counted); credentials come from flux_dws.k8s.con
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable, TypeVar
 
 import urllib3
@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from flux_dws.base.jobid import f58
 from flux_dws.core.identity import check_identity, instance_selector, workflow_name
 from flux_dws.core.states import State
+from flux_dws.k8s import listing
 from flux_dws.k8s.calls import (
     TRANSPORT_ERRORS,
     Calls,
@@ -31,6 +32,7 @@ from flux_dws.k8s.errors import (
     KubeSetupError,
     NameTaken,
 )
+from flux_dws.k8s.listing import Page
 from flux_dws.k8s.rawapi import Core, CustomObjects, RawApi
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
@@ -69,10 +71,8 @@ T = TypeVar("T")
 
 #: How often a finalizer removal re-reads and retries after a conflict (409).
 CONFLICT_RETRIES = 10
-#: workflows per list request (kubectl's default chunk size), and how often one list may
-#: restart after its continue token expired.
+#: workflows per list request (kubectl's default chunk size)
 LIST_PAGE = 500
-LIST_RESTARTS = 3
 #: What a watch request names in its errors.
 WATCHED = "workflows in namespace"
 
@@ -300,7 +300,13 @@ class KubeClient:
                 limit, None, (WATCHED, self.namespace, WORKFLOWS, selector)
             )
             return items, rv
-        return self._list_all(WATCHED, self.namespace, WORKFLOWS, selector)
+        return listing.collect(self.workflow_pages())
+
+    def workflow_pages(self) -> Iterator[Page]:
+        """This instance's workflows page by page, each as it arrives (see list_workflows):
+        whoever reads them may act on a page before the next is asked for."""
+        selector = instance_selector(self.identity)
+        return self._list_pages(WATCHED, self.namespace, WORKFLOWS, selector)
 
     def _collection(self, namespace: str | None, plural: str) -> tuple[Any, tuple[Any, ...]]:
         """The client call and its leading arguments that list (or watch) ``plural`` in
@@ -326,32 +332,22 @@ class KubeClient:
         selector: str | None,
         lister: Callable[..., Any] | None = None,
     ) -> tuple[list[dict], str]:
-        """Every page of one list.  ``lister``: the list request (keywords: label_selector,
-        limit, _continue, ...); by default DWS's ``plural`` in ``namespace`` (None: all)."""
-        restarts = 0
-        while True:
-            items: list[dict] = []
-            token: str | None = None
-            try:
-                while True:
-                    page, rv, token = self._list_page(
-                        self._page_size, token, (what, namespace, plural, selector), lister
-                    )
-                    items.extend(page)
-                    if not token:
-                        return items, rv
-            except KubeError as exc:
-                if exc.status != 410 or token is None or restarts >= LIST_RESTARTS:
-                    raise
-                restarts += 1
-                log.info(
-                    "listing %s: continue token expired after %d items; restarting the"
-                    " list (%d of %d)",
-                    what,
-                    len(items),
-                    restarts,
-                    LIST_RESTARTS,
-                )
+        """Every page of one list at once.  ``lister``: the list request (keywords:
+        label_selector, limit, _continue, ...); by default DWS's ``plural`` in ``namespace``
+        (None: all)."""
+        return listing.collect(self._list_pages(what, namespace, plural, selector, lister))
+
+    def _list_pages(
+        self,
+        what: str,
+        namespace: str | None,
+        plural: str,
+        selector: str | None,
+        lister: Callable[..., Any] | None = None,
+    ) -> Iterator[Page]:
+        """The pages of one list as each arrives (flux_dws.k8s.listing)."""
+        where = (what, namespace, plural, selector)
+        return listing.pages(lambda t: self._list_page(self._page_size, t, where, lister), what)
 
     def _list_page(
         self,

@@ -11,8 +11,10 @@ tells the service only what changed meanwhile.  It runs in its own thread:
     list -> watch(resourceVersion, bookmarks) -> ... stream ends or breaks -> watch again
                      \\-- 410 Gone --> list once, diff against what was delivered -> watch
 
-Reconnects back off with bounded jitter; a silent dead connection is noticed because the
-client's read timeout is longer than the server's ``timeoutSeconds``.
+A list is taken in pages (flux_dws.k8s.listing) and each page's objects are delivered as it
+arrives; only the last page tells what disappeared, and only then is the list complete
+(``on_listed``).  Reconnects back off with bounded jitter; a silent dead connection is noticed
+because the client's read timeout is longer than the server's ``timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from flux_dws.k8s.backoff import backoff_delay
 from flux_dws.k8s.calls import TRANSPORT_ERRORS
 from flux_dws.k8s.client import KubeClient
 from flux_dws.k8s.errors import KubeError, describe_status
+from flux_dws.k8s.listing import Page
 from flux_dws.k8s.resources import name_of, version_of
 
 log = logging.getLogger("flux-dws.k8s.watch")
@@ -90,6 +93,7 @@ class Delivered:
         # receives it again as DELETED after a re-list (``keep``; the whole object by default)
         self.objects: dict[str, dict] = {}
         self._high: int | None = None
+        self._listed: set[str] = set()  # names the list being taken in has shown so far
         self._key = key
         self._keep = keep
 
@@ -114,12 +118,27 @@ class Delivered:
     def relist(self, items: list[dict], resource_version: str) -> list[Delivery]:
         """Deliveries that bring the service from what it saw to ``items``, a list taken at
         ``resource_version``: what changed, appeared or disappeared meanwhile."""
-        fresh = {self._key(obj): obj for obj in items if self._key(obj)}
+        return [*self.list_page(items, fresh=True), *self.list_done(resource_version)]
+
+    def list_page(self, items: list[dict], *, fresh: bool) -> list[Delivery]:
+        """Deliveries for one page of a list, as it arrives: what appeared or changed.
+        ``fresh``: the list's first page (or that of the list started again)."""
+        if fresh:
+            self._listed = set()
         out: list[Delivery] = []
-        for name in [n for n in self.objects if n not in fresh]:
-            out.append((DELETED, self.objects.pop(name)))
-        for name, obj in fresh.items():
-            out.extend(self._upsert(name, self.objects.get(name), obj))
+        for obj in items:
+            name = self._key(obj)
+            if name:
+                self._listed.add(name)
+                out.extend(self._upsert(name, self.objects.get(name), obj))
+        return out
+
+    def list_done(self, resource_version: str) -> list[Delivery]:
+        """The list is complete at ``resource_version``: what it did not show has gone.
+
+        Only now: an object missing from the pages so far may be on a later one."""
+        out = [(DELETED, self.objects.pop(n)) for n in list(self.objects) if n not in self._listed]
+        self._listed = set()
         self._high = _number(resource_version)
         return out
 
@@ -280,24 +299,40 @@ class ResourceWatch:
             self._sleep(self._backoff(failures))
         return "failed"
 
-    def _relist(self) -> None:
+    def pages(self) -> Iterator[Page]:
+        """The full list, page by page (here one page: the whole list at once)."""
         items, rv = self._list()
-        items = [self.trim(share_strings(slim(obj))) for obj in items]
-        self.relists += 1
-        self._health(True)
-        deliveries = self._delivered.relist(items, rv)
-        log.info(
-            "%s watch: listed %d at resourceVersion %s (%d changes)",
-            self.kind,
-            len(items),
-            rv,
-            len(deliveries),
-        )
-        for kind, obj in deliveries:
-            self._deliver(kind, obj)
-        self._advance(rv)
-        if self._on_listed is not None and not self._stopping.is_set():
-            self._on_listed()  # after the deliveries: everything listed has been handed over
+        yield Page(items, rv, fresh=True, last=True)
+
+    def _relist(self) -> None:
+        """List, delivering each page's changes as it arrives; what disappeared, and
+        ``on_listed``, only once the last page is in."""
+        count, changes = 0, 0
+        for page in self.pages():
+            if self._stopping.is_set():
+                return
+            self._health(True)
+            items = [self.trim(share_strings(slim(obj))) for obj in page.items]
+            count = len(items) if page.fresh else count + len(items)
+            deliveries = self._delivered.list_page(items, fresh=page.fresh)
+            if page.last:
+                deliveries += self._delivered.list_done(page.resource_version)
+            changes += len(deliveries)
+            for kind, obj in deliveries:
+                self._deliver(kind, obj)
+            if not page.last:
+                continue
+            self.relists += 1
+            log.info(
+                "%s watch: listed %d at resourceVersion %s (%d changes)",
+                self.kind,
+                count,
+                page.resource_version,
+                changes,
+            )
+            self._advance(page.resource_version)
+            if self._on_listed is not None and not self._stopping.is_set():
+                self._on_listed()  # after the deliveries: everything listed has been handed over
 
     def _watch_once(self) -> str:
         """One watch request; 'closed' (ended normally), 'idle' (ended at once), or 'gone'."""
@@ -398,6 +433,11 @@ class WorkflowWatch(ResourceWatch):
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
         return client.list_workflows, client.open_workflow_watch
+
+    def pages(self) -> Iterator[Page]:
+        """Page by page: the service decides for a job whose workflow is on a page already
+        while the next pages are on their way (flux_dws.core.reconcile.may_decide)."""
+        return self._client.workflow_pages()
 
 
 class StorageWatch(ResourceWatch):

@@ -20,7 +20,6 @@ is a cache of those, plus what it read from Proposal, which it reads again after
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -33,7 +32,7 @@ from flux_dws.core import lifecycle as lc
 from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.jobview import JobPhase, JobView
 from flux_dws.core.policy import Policy
-from flux_dws.core.reconcile import startup_order
+from flux_dws.core.reconcile import may_decide, startup_order, waits_for_list
 from flux_dws.core.release import held_parts
 from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
@@ -44,9 +43,11 @@ from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache
 from flux_dws.service import dispatch
+from flux_dws.service.collector import StartupCollector
 from flux_dws.service.executor import ActionExecutor, version_number
 from flux_dws.service.failures import FailureRules, backoff
 from flux_dws.service.healthwatch import HealthMonitor
+from flux_dws.service.inbox import Inbox
 from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.persistentpush import PersistentPush
@@ -100,13 +101,12 @@ class Service:
         self.listed = False  # the first list of our workflows has been delivered
         self._watch: WorkflowWatch | None = None
         self._stopped = False
-        # Watch events waiting for the loop, newest per workflow: under a backlog only the
-        # latest version of each workflow is worth parsing and deciding on.
-        self._inbox: dict[tuple[str, str], tuple[str, dict[str, Any], float]] = {}
-        self._inbox_lock = threading.Lock()
-        self._inbox_queued = False
+        # Watch events waiting for the loop, newest per workflow (service.inbox)
+        self.inbox = Inbox(loop, lambda kind, obj, seen: self._on_workflow_event(kind, obj, seen))
         self.window = ProposalWindow(policy.max_proposals)
         self.reconciled_at: float | None = None  # the first full decision pass
+        # Python's collector waits until then (service.collector)
+        self.collector = StartupCollector(loop)
         self.last_reconcile = 0.0  # seconds the last full pass took on the loop
         # rabbit and node health (service.healthwatch); None where Flux's nodes are not ours
         self.health: HealthMonitor | None = None
@@ -167,6 +167,7 @@ class Service:
 
     def start(self) -> None:
         """Subscribe to job records and workflow events (call on the loop's thread)."""
+        self.collector.pause()
         self._watch = WorkflowWatch(
             self.kube,
             self._on_workflow_event_thread,
@@ -195,6 +196,7 @@ class Service:
         if self.health is not None:
             self.health.stop()
         self.worker.stop()
+        self.collector.stop()
         for tracked in self.jobs.values():
             if tracked.timer:
                 tracked.timer.cancel()
@@ -250,8 +252,9 @@ class Service:
                 self._kick(int(record["id"]))
 
     def _on_listed(self) -> None:
-        """Every workflow of ours is known: decisions may start (a job whose workflow is not
-        listed now really has none, rather than one not seen yet)."""
+        """Every workflow of ours is known: the jobs that waited for the whole list are
+        decided now (a job whose workflow is not listed now really has none, rather than
+        one on a later page), and orphans swept (core.reconcile.waits_for_list)."""
         if self.listed:
             return
         self.listed = True
@@ -261,17 +264,22 @@ class Service:
             self.health.hold_first(held_parts(listed), lambda _e: self.held.holds_ready())
         else:
             self.held.holds_ready()  # nothing of Fluxion is ours to mark
-        self._kick_all()
+        self._kick_all(waiting=True)
 
     def _count_workflows(self) -> int:
         return sum(1 for t in self.jobs.values() if t.workflow is not None)
 
-    def _kick_all(self) -> None:
-        """Decide for every job: in-flight ones first, then new ones in submit order."""
+    def _kick_all(self, *, waiting: bool = False) -> None:
+        """Decide for every job (``waiting``: every job that waited for the whole workflow
+        list, the others were decided as their workflow came): in-flight ones first, then new
+        ones in submit order."""
         began = time.perf_counter()
+        jobs = self.jobs.values()
+        if waiting:
+            jobs = [t for t in jobs if waits_for_list(t.record is not None, _seen(t))]
         order = startup_order(
             (t.jobid, t.workflow is not None, float((t.record or {}).get("t_submit", 0.0)))
-            for t in self.jobs.values()
+            for t in jobs
         )
         for jobid in order:
             self._kick(jobid)
@@ -279,30 +287,11 @@ class Service:
             self.last_reconcile = time.perf_counter() - began
             if self.reconciled_at is None:
                 self.reconciled_at = time.time()
+                self.loop.call_soon(self.collector.settle)
 
     def _on_workflow_event_thread(self, kind: str, obj: dict[str, Any]) -> None:
-        """Called on the watch thread: stamp the time and leave the event in the inbox.
-
-        Events for one workflow (name and uid) that the loop has not reached yet collapse
-        into the newest, keeping the first one's time; one drain per batch is queued.  The
-        order of first arrival is kept, so a DELETED and a re-creation stay in order.
-        """
-        meta = untrusted.mapping(obj.get("metadata"))
-        key = (untrusted.field(meta.get("name")), untrusted.field(meta.get("uid")))
-        seen = time.monotonic()
-        with self._inbox_lock:
-            waiting = self._inbox.get(key)
-            self._inbox[key] = (kind, obj, waiting[2] if waiting else seen)
-            if self._inbox_queued:
-                return
-            self._inbox_queued = True
-        self.loop.call_soon(self._drain_inbox)
-
-    def _drain_inbox(self) -> None:
-        with self._inbox_lock:
-            inbox, self._inbox, self._inbox_queued = self._inbox, {}, False
-        for kind, obj, seen in inbox.values():
-            self._on_workflow_event(kind, obj, seen)
+        """Called on the watch thread: the event waits in the inbox for the loop."""
+        self.inbox.put(kind, obj)
 
     def _on_workflow_event(self, kind: str, obj: dict[str, Any], seen: float) -> None:
         jobid = owned_jobid(obj, self.kube.identity)
@@ -335,8 +324,7 @@ class Service:
         self._kick(jobid)
 
     def inbox_depth(self) -> int:
-        with self._inbox_lock:
-            return len(self._inbox)
+        return self.inbox.depth()
 
     def _tracked(self, jobid: int) -> Tracked:
         if jobid not in self.jobs:
@@ -356,14 +344,16 @@ class Service:
         self._decide(tracked)
 
     def view(self, tracked: Tracked) -> JobView | None:
-        """The JobView for a tracked job (GONE for an orphan); None until both the job snapshot
-        and the first workflow list are in, since either alone could make a job look orphaned
-        or its workflow look vanished.
+        """The JobView for a tracked job (GONE for an orphan); None until it may be decided:
+        after the job snapshot, and, while the first workflow list is still paging, only for
+        a held job whose workflow came on a page already (core.reconcile.may_decide): either
+        observation alone could make a job look orphaned or its workflow look vanished.
 
         The owner's primary group is the one found earlier, or -1: the lookup itself (which
         may block on NSS) runs on a worker when the workflow is to be created.
         """
-        if not (self.synced and self.listed):
+        held = tracked.record is not None
+        if not may_decide(synced=self.synced, listed=self.listed, held=held, seen=_seen(tracked)):
             return None
         if tracked.record is None:
             return JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
@@ -527,6 +517,11 @@ class Service:
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+
+def _seen(tracked: Tracked) -> bool:
+    """The job's workflow has been read (readable or not)."""
+    return tracked.workflow is not None or bool(tracked.unreadable)
 
 
 def _ignore(_response: Any, _error: Any) -> None:

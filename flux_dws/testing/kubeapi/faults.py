@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """Fault injection for the stand-in API server: latency, error answers, dropped connections,
-cut watch streams and forced 410s.  Adjustable at run time, thread-safe, and seeded so that a
-test sending the same requests sees the same faults.
+cut watch streams, forced 410s and list pages held back.  Adjustable at run time, thread-safe,
+and seeded so that a test sending the same requests sees the same faults.
 
 Faults apply to resource requests only (never to discovery or /version), so a client can
 always start up and then meet the faults where its retry logic lives.
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 ERROR_CODES = (500, 503, 429)
+#: The longest a held page waits (seconds): a test that forgets to let it go ends anyway.
+HOLD_LIMIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Faults:
         self._settings = FaultSettings()
         self._pending = _Pending()
         self._cut_listeners: list[Callable[[bool], None]] = []
+        self._held_pages: dict[str, threading.Event] = {}
+        self._waiting_pages: dict[str, int] = {}  # requests held now, by plural
 
     @property
     def settings(self) -> FaultSettings:
@@ -77,6 +81,7 @@ class Faults:
             self._settings = FaultSettings()
             self._pending = _Pending()
             self._random = random.Random(self._seed)
+        self.release_pages()
 
     def fail_next(self, count: int = 1, code: int = 503) -> None:
         """The next ``count`` affected requests get ``code`` (deterministic, for tests)."""
@@ -99,6 +104,42 @@ class Faults:
                 return False
             self._pending.force_410 -= 1
             return True
+
+    def hold_pages(self, plural: str) -> threading.Event:
+        """Hold back every page but the first of each list of ``plural``: a list request that
+        carries a continue token waits, unanswered, until the returned event is set (or
+        ``release_pages()``, ``clear()``, the server stopping, or ``HOLD_LIMIT``).  For a
+        test to see what a client does while its list is still paging."""
+        with self._lock:
+            gate = self._held_pages.get(plural)
+            if gate is None or gate.is_set():
+                gate = self._held_pages[plural] = threading.Event()
+            return gate
+
+    def release_pages(self) -> None:
+        """Let every held page go."""
+        with self._lock:
+            gates, self._held_pages = list(self._held_pages.values()), {}
+        for gate in gates:
+            gate.set()
+
+    def pages_waiting(self, plural: str) -> int:
+        """How many list requests for ``plural`` are held now."""
+        with self._lock:
+            return self._waiting_pages.get(plural, 0)
+
+    def wait_for_page(self, plural: str) -> None:
+        """Called by the server before it answers a continued list of ``plural``."""
+        with self._lock:
+            gate = self._held_pages.get(plural)
+            if gate is None or gate.is_set():
+                return
+            self._waiting_pages[plural] = self._waiting_pages.get(plural, 0) + 1
+        try:
+            gate.wait(HOLD_LIMIT)
+        finally:
+            with self._lock:
+                self._waiting_pages[plural] -= 1
 
     def cut_watches(self, graceful: bool = False) -> None:
         """End every open watch stream now: abruptly (connection reset) or gracefully."""

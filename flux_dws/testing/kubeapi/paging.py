@@ -13,9 +13,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ApiError, bad_request
+from .selectors import fields_match, matches
 
 Key = tuple[str, str]  # (namespace or "", name)
 INCONSISTENT = -1
@@ -74,3 +77,37 @@ def check_limit(text: str | None) -> int:
     except ValueError:
         raise bad_request(f'strconv.ParseInt: parsing "{text}": invalid syntax') from None
     return max(limit, 0)
+
+
+def select(
+    table: Mapping[Key, Any],
+    start: Key | None,
+    namespace: str | None,
+    labels: Any,
+    fields: Any,
+    limit: int,
+) -> tuple[list[Any], Key | None, int | None]:
+    """One page from ``table`` (key -> stored snapshot, whose ``obj`` is the object): the
+    objects after ``start`` in key order, in ``namespace`` (None: any), matching the parsed
+    selectors, at most ``limit`` (0: all).  Returns them, the key of the last one when more
+    follow (None: this is the last page), and how many are left when nothing is filtered
+    (remainingItemCount; None otherwise, as the server leaves it unset)."""
+    keys = sorted(
+        key
+        for key in table
+        if (start is None or key > start) and (namespace is None or key[0] == namespace)
+    )
+    selected = labels or fields
+    items: list[Any] = []
+    last: Key | None = None
+    for index, key in enumerate(keys):
+        snap = table[key]
+        if selected and not (
+            matches(labels, snap.obj["metadata"].get("labels")) and fields_match(fields, snap.obj)
+        ):
+            continue
+        if limit and len(items) == limit:  # one more matches: this page ends here
+            return items, last, None if selected else len(keys) - index
+        items.append(snap)
+        last = key
+    return items, None, None

@@ -259,6 +259,8 @@ class _Handler(BaseHTTPRequestHandler):
                     injected_error(decision.error, retry, target.resource.plural), headers
                 )
                 return
+            if verb == "list" and query.get("continue"):
+                api.faults.wait_for_page(target.resource.plural)  # a held page (faults)
             self._serve(verb, target, query, body)
         except ApiError as exc:
             self._send_error(exc)
@@ -383,29 +385,29 @@ class _Handler(BaseHTTPRequestHandler):
             raise errors.bad_request(
                 "specifying resource version is not allowed when using continue"
             )
-        items, rv, more, remaining = store.list_page(
-            target.resource.plural,
-            target.namespace,
-            query.get("labelSelector"),
-            query.get("fieldSelector"),
-            max(limit, 0),
-            token,
-            shared=True,
-        )
-        items = [self._versioned(target, obj) for obj in items]
+        where = (target.resource.plural, target.namespace)
+        selectors = (query.get("labelSelector"), query.get("fieldSelector"))
         if wants_table(self.headers.get("Accept", "")):
+            items, rv, more, _ = store.list_page(
+                *where, *selectors, max(limit, 0), token, shared=True
+            )
+            items = [self._versioned(target, obj) for obj in items]
             self._send_json(200, self._table(target, items, rv, query, more))
             return
+        api_version = target.resource.api_version(target.version)
+        # each item as the text it was stored as: a page of 500 is not encoded again
+        texts, rv, more, remaining = store.list_page_text(
+            *where, *selectors, max(limit, 0), token, api_version
+        )
         meta: dict[str, Any] = {"resourceVersion": rv}
         if more:
             meta["continue"] = more
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
         kind = f"{target.resource.kind}List"
-        api_version = target.resource.api_version(target.version)
-        self._send_json(
-            200, {"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}
-        )
+        head = json.dumps({"kind": kind, "apiVersion": api_version, "metadata": meta})
+        body = f'{head[:-1]}, "items": [{", ".join(texts)}]}}'
+        self._send_data(200, body.encode())
 
     def _serve_delete(self, target: ResourcePath, body: Any) -> None:
         if target.subresource is not None:
@@ -630,7 +632,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.readline()
 
     def _send_json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(obj).encode()
+        self._send_data(code, json.dumps(obj).encode(), headers)
+
+    def _send_data(self, code: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """``data``, JSON already encoded."""
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -731,6 +736,7 @@ class KubeApi:
         server, self._server = self._server, None
         if server is None:
             return
+        self.faults.release_pages()
         server.shutdown()
         self._cut_streams(graceful=False)
         for connection in list(self._connections):

@@ -35,7 +35,7 @@ from .errors import ApiError
 from .managed import Manager
 from .resources import Resource, by_plural
 from .selectors import fields_match, matches, parse_field_selector, parse_label_selector
-from .watches import Watch, _dumps, _Event, _Snapshot
+from .watches import Watch, _dumps, _Event, _Snapshot, _with_api_version
 
 __all__ = ["ApiError", "Hook", "Store", "Watch"]
 
@@ -153,6 +153,38 @@ class Store:
 
         Every page of one list shows the objects as they were when its first page was taken.
         """
+        snaps, rv, more, remaining = self._page(
+            plural, namespace, label_selector, field_selector, limit, token
+        )
+        return [s.out(shared) for s in snaps], rv, more, remaining
+
+    def list_page_text(
+        self,
+        plural: str,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        limit: int,
+        token: str | None,
+        api_version: str,
+    ) -> tuple[list[str], str, str | None, int | None]:
+        """``list_page`` with each item as the JSON text it was committed as (saying
+        ``api_version``), for a server that only sends it on: no object is encoded again."""
+        snaps, rv, more, remaining = self._page(
+            plural, namespace, label_selector, field_selector, limit, token
+        )
+        texts = [_with_api_version(s.text, s.obj.get("apiVersion"), api_version) for s in snaps]
+        return texts, rv, more, remaining
+
+    def _page(
+        self,
+        plural: str,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        limit: int,
+        token: str | None,
+    ) -> tuple[list[_Snapshot], str, str | None, int | None]:
         resource = by_plural(plural)
         labels = parse_label_selector(label_selector)
         fields = parse_field_selector(field_selector, resource)
@@ -168,33 +200,10 @@ class Store:
                         raise paging.expired(found.start)
                     rv = found.rv
                     table = self._table_at(resource, rv)
-            keys = sorted(
-                key
-                for key in table
-                if (start is None or key > start)
-                and (namespace is None or not resource.namespaced or key[0] == namespace)
+            items, more, remaining = paging.select(
+                table, start, namespace if resource.namespaced else None, labels, fields, limit
             )
-            selected = labels or fields
-            chosen = (
-                (index, table[key])
-                for index, key in enumerate(keys)
-                if not selected
-                or (
-                    matches(labels, table[key].obj["metadata"].get("labels"))
-                    and fields_match(fields, table[key].obj)
-                )
-            )
-            items: list[_Snapshot] = []
-            for index, snap in chosen:
-                if limit and len(items) == limit:
-                    # one more matches: this page ends here.  The server counts what is left
-                    # only when nothing is filtered (remainingItemCount is unset otherwise).
-                    last = _key(resource, items[-1].obj)
-                    remaining = None if selected else len(keys) - index
-                    out = [s.out(shared) for s in items]
-                    return out, str(rv), paging.encode(rv, last), remaining
-                items.append(snap)
-            return [s.out(shared) for s in items], str(rv), None, None
+            return items, str(rv), paging.encode(rv, more) if more else None, remaining
 
     def _table_at(self, resource: Resource, rv: int) -> dict[tuple[str, str], _Snapshot]:
         """The objects of ``resource`` as they were at ``rv`` (within the history)."""
