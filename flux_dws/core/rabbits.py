@@ -88,6 +88,45 @@ def _count(value: Any) -> int:
     return untrusted.integer(value, 0) or 0
 
 
+#: nnf-sos's finalizer on a Servers resource it manages (dws_servers_controller.go).
+NNF_SERVERS_FINALIZER = "nnf.cray.hpe.com/nnf-servers"
+
+
+def servers_awaiting_nnf(servers: Any) -> bool:
+    """Whether nnf-sos manages this Servers and has not yet shown that it read its spec.
+
+    nnf-sos's Setup reads the Servers from its informer cache and fails the job at once
+    (Fatal: "Allocation request does not meet directive requirements") when the cache still
+    holds the spec from before the WLM filled it in.  Its Servers controller, once its cache
+    has the spec, writes ``status.allocationSets`` as a copy of the spec's labels and storage
+    names (clearAllocationStatus): until that copy matches, asking for Setup races its cache.
+    A Servers without nnf-sos's finalizer (another driver, or none) is never awaited.
+    """
+    if not isinstance(servers, Mapping):
+        return False
+    meta = untrusted.mapping(servers.get("metadata"))
+    if NNF_SERVERS_FINALIZER not in untrusted.sequence(meta.get("finalizers")):
+        return False
+
+    def shape(sets: Any) -> list[tuple[Any, list[Any]]]:
+        out = []
+        for aset in untrusted.sequence(sets):
+            aset = untrusted.mapping(aset)
+            storage = aset.get("storage")
+            if isinstance(storage, Mapping):  # status: a map by rabbit name
+                names = sorted(str(k) for k in storage)
+            else:  # spec: a list of {name, allocationCount}
+                names = sorted(
+                    str(untrusted.mapping(e).get("name")) for e in untrusted.sequence(storage)
+                )
+            out.append((aset.get("label"), names))
+        return out
+
+    spec = untrusted.mapping(servers.get("spec")).get("allocationSets")
+    status = untrusted.mapping(servers.get("status")).get("allocationSets")
+    return shape(spec) != shape(status)
+
+
 def servers_held(servers: Mapping[str, Any]) -> dict[str, int]:
     """Rabbit -> bytes one Servers resource allocates (allocationSize x allocationCount per
     ``spec.allocationSets[].storage[]``, as nnf_storage_controller.go sizes each rabbit's
@@ -535,6 +574,8 @@ def parts_to_hold(parts: Sequence[tuple[str, int]], hold: int) -> tuple[str, ...
 
 
 __all__ = [
+    "NNF_SERVERS_FINALIZER",
+    "servers_awaiting_nnf",
     "DEFAULT_CHUNKS",
     "GIB",
     "RABBIT_TYPE",

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flux_dws.base import untrusted
 from flux_dws.base.hostlist import encode_hostlist
 from flux_dws.base.jobid import f58
 from flux_dws.base.untrusted import name_of
@@ -25,9 +26,10 @@ from flux_dws.core.jobenv import TOKEN_VARIABLE, token_value_problem
 from flux_dws.core.jobspec import min_allocations
 from flux_dws.core.jobview import ProposalInfo
 from flux_dws.core.persistent import persistent_names
+from flux_dws.core.rabbits import servers_awaiting_nnf
 from flux_dws.core.states import State
 from flux_dws.core.storage import ComputeLayout, StorageError, needs_from_breakdowns, plan_servers
-from flux_dws.k8s import WorkflowRejected
+from flux_dws.k8s import KubeClient, WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import HALT, Done, Seen, Tracked
@@ -175,11 +177,44 @@ def _assign_nodes(
     written = False
     try:
         x.kube.patch_computes(name, list(hosts))
-        for (namespace, server), sets in plan.items():
+        patched = [
             x.kube.patch_servers(server, namespace, sets, notes.get((namespace, server)))
+            for (namespace, server), sets in plan.items()
+        ]
         written = True
     finally:
         x.placements.settle(plan, written)
+    for servers in patched:
+        _await_nnf(x.kube, name, servers)
+
+
+#: How long Setup waits for nnf-sos to show it has read a Servers' new spec, polling from
+#: NNF_POLL doubling: a cache is milliseconds behind, so the bound is only for a stalled one.
+NNF_WAIT = 5.0
+NNF_POLL = 0.02
+
+
+def _await_nnf(kube: KubeClient, workflow: str, servers: dict) -> None:
+    """Wait (bounded) until nnf-sos's cache has the Servers' spec (core.rabbits.
+    servers_awaiting_nnf): asked for earlier, its Setup can fail the job on the old spec."""
+    deadline = time.monotonic() + NNF_WAIT
+    delay = NNF_POLL
+    meta = untrusted.mapping(servers.get("metadata"))
+    namespace, name = untrusted.field(meta.get("namespace")), untrusted.field(meta.get("name"))
+    while servers_awaiting_nnf(servers):
+        if time.monotonic() + delay > deadline:
+            log.warning(
+                "workflow %s: nnf-sos has not shown it read Servers %s/%s within %gs;"
+                " asking for Setup anyway",
+                workflow,
+                namespace,
+                name,
+                NNF_WAIT,
+            )
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+        servers = kube.read_servers(namespace, name) or {}
 
 
 def read_proposal(
