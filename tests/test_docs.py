@@ -734,6 +734,7 @@ EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     ),
     "get_workflow": lambda k: k.get_workflow(k.workflow_name(WORKFLOW_ID)),
     "list_workflows": lambda k: k.list_workflows(),
+    "workflow_pages": lambda k: list(k.workflow_pages()),
     "set_desired_state": lambda k: k.set_desired_state(
         k.workflow_name(WORKFLOW_ID), State.TEARDOWN, hurry=True
     ),
