@@ -39,7 +39,7 @@ dw_list() {
 
 # container_dw PROFILE: storage and a container using it.
 container_dw() {
-    dw_list "$GFS2" "#DW container name=app profile=$1 DW_JOB_data=shared"
+    dw_list "$GFS2" "#DW container name=app profile=$1 DW_JOB_local_storage=shared"
 }
 
 workflow_of() {
@@ -168,7 +168,7 @@ fails_after_run() {
     flux jobs -n -o "{user.dws.result}" $id >$1.memo &&
     test "$(cat $1.memo)" = FAILED &&
     flux jobs -n -o "{user.dws.reason}" $id >$1.reason &&
-    grep -F "PostRun failed: #DW container name=app profile=$1 DW_JOB_data=shared: " $1.reason &&
+    grep -F "PostRun failed: #DW container name=app profile=$1 DW_JOB_local_storage=shared: " $1.reason &&
     grep -F "$2" $1.reason &&
     "$DWS_PYTHON" -m flux_dws status $id >$1.status &&
     grep "^STATE  *INACTIVE (FAILED); flux jobs shows COMPLETED" $1.status &&

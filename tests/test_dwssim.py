@@ -577,14 +577,27 @@ def test_pre_run_timeout_zero_waits_for_ever(store: Store, sim: DwsSim) -> None:
     assert (wf["status"]["ready"], wf["status"]["status"]) == (False, "DriverWait")
 
 
-def test_start_failure_is_fatal_in_prerun(store: Store, sim: DwsSim) -> None:
+def test_start_failure_fails_prerun_at_its_timeout_as_nnf_sos_does(
+    store: Store, sim: DwsSim
+) -> None:
+    """nnf-sos has no check for an image that cannot be pulled: the pods wait in ErrImagePull
+    (what flux-dws reads and shows) and PreRun fails at preRunTimeoutSeconds."""
     container_job(store, "wf-pull", "start-fail")
     wf = run_to(store, "wf-pull", "PreRun")
     assert (wf["status"]["state"], wf["status"]["status"]) == ("PreRun", "Error")
-    assert wf["status"]["message"].startswith(
-        "DW Directive 1: Internal error: user container(s) failed to start"
+    assert wf["status"]["message"] == (
+        "DW Directive 1: Internal error: user container(s) failed to start after 300 seconds"
     )
-    assert "ErrImagePull" in entry(wf, 1, "PreRun")["error"]
+    assert entry(wf, 1, "PreRun")["error"] == "internal error: job(s) timeout set"
+    pods, _ = store.list("pods", NS)
+    waiting = [
+        c["state"]["waiting"]["reason"]
+        for p in pods
+        if p["metadata"]["name"].startswith("wf-pull")
+        for c in p["status"].get("containerStatuses") or []
+        if "waiting" in c.get("state", {})
+    ]
+    assert waiting and set(waiting) == {"ErrImagePull"}
 
 
 def test_restricted_profile_refuses_other_users(store: Store, sim: DwsSim) -> None:

@@ -46,7 +46,9 @@ class Behavior(str, Enum):
     CRASH_LOOP = "crash-loop"  # fail every attempt, retryLimit + 1 times
     NEVER_START = "never-start"  # stay initializing: the PreRun timeout fires
     HANG = "hang"  # start, never exit: the PostRun timeout fires
-    START_FAIL = "start-fail"  # cannot start at all (the image cannot be pulled)
+    # cannot start at all: its pods wait in ErrImagePull, and nnf-sos, which has no check of
+    # its own for that, fails PreRun at the profile's timeout as for never-start
+    START_FAIL = "start-fail"
 
 
 #: A profile restricted to this UserID is seeded as "restricted".
@@ -312,18 +314,12 @@ def prerun_verdict(
     namespace: str,
     nodes: Sequence[str],
 ) -> Outcome:
-    """PreRun: started -> Complete; cannot start -> Fatal; still initializing -> timeout.
+    """PreRun: started -> Complete; not started (initializing, or an image that cannot be
+    pulled) -> Fatal at the profile's timeout, as nnf-sos words it.
 
     ``elapsed`` is the time since PreRun began; profile seconds count ``time_scale`` each.
     """
-    if settings.behavior is Behavior.START_FAIL:
-        image = f"ghcr.io/flux-framework/dwssim-{settings.behavior.value}:latest"
-        return ResourceError(
-            user_message="user container(s) failed to start: image pull failed (ErrImagePull)",
-            debug=f'container job {workflow} (ErrImagePull): failed to pull image "{image}"',
-            severity=FATAL,
-        ).fail()
-    if settings.behavior is Behavior.NEVER_START:
+    if settings.behavior in (Behavior.NEVER_START, Behavior.START_FAIL):
         return _deadline(
             settings.prerun_timeout,
             elapsed,
