@@ -1119,3 +1119,30 @@ def test_container_job_kinds_nnf_sos_lists_as_it_finalizes_a_workflow(k8s_client
         "kubeflow.org", "v2beta1", "default", "mpijobs", label_selector=selector
     )
     assert (mpi["kind"], mpi["items"]) == ("MPIJobList", [])
+
+
+def test_an_update_may_keep_an_invalid_value_it_does_not_change(kubeapi, co):
+    """CRD validation ratcheting (kube-apiserver 1.30 on): a workflow whose status already holds
+    a value the schema refuses (written before the schema tightened, or by hand) can still be
+    patched elsewhere; a write that sets or changes the value is refused.  Without it, every
+    later patch of such a workflow failed 422 and its job could never be torn down."""
+    co.create_namespaced_custom_object(G, V, NS, "workflows", workflow("w"))
+    store = kubeapi.store
+    hooks = store._hooks["workflows"]
+    with store._lock:  # as by hand: no admission, no schema
+        saved, hooks[:] = list(hooks), []
+        try:
+            store.patch("workflows", NS, "w", {"status": {"status": "", "state": "Proposal"}})
+        finally:
+            hooks[:] = saved
+    patched = co.patch_namespaced_custom_object(
+        G, V, NS, "workflows", "w", {"metadata": {"labels": {"ok": "yes"}}}
+    )
+    assert patched["metadata"]["labels"] == {"ok": "yes"} and patched["status"]["status"] == ""
+    status, body, _ = failure(
+        lambda: co.patch_namespaced_custom_object(
+            G, V, NS, "workflows", "w", {"status": {"status": "Bogus"}}
+        )
+    )
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert 'status.status: Unsupported value: "Bogus"' in body["message"]

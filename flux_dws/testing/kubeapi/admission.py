@@ -106,7 +106,7 @@ def admission_chain(
 
     For workflows (whose CRD schema kubeapi does not otherwise read): the CRD's defaults,
     mutating admission, the defaults again (after a mutation, as for a CRD), then schema
-    validation (422 Invalid), then validating admission.
+    validation (422 Invalid, ratcheted on update), then validating admission.
     """
     structural = plural == "workflows"
 
@@ -117,6 +117,8 @@ def admission_chain(
         if structural:
             new = apply_defaults(new)
             causes = schema_errors(new)
+            if operation == "UPDATE" and old is not None:
+                causes = ratcheted(causes, old, new)
             if causes:
                 resource = by_plural(plural)
                 name = new.get("metadata", {}).get("name", "")
@@ -268,6 +270,38 @@ def schema_errors(obj: dict) -> list[str]:
         causes += _enum_error(f"{path}.status", entry.get("status"), DRIVER_STATUSES)
         causes += _enum_error(f"{path}.watchState", entry.get("watchState"), STATES)
     return causes
+
+
+_MISSING = object()
+
+
+def _at(obj: Any, path: str) -> Any:
+    """The value at a field path such as ``status.drivers[0].status`` (_MISSING if none)."""
+    for part in path.replace("[", ".[").split("."):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            if not isinstance(obj, list) or index >= len(obj):
+                return _MISSING
+            obj = obj[index]
+        elif isinstance(obj, dict) and part in obj:
+            obj = obj[part]
+        else:
+            return _MISSING
+    return obj
+
+
+def ratcheted(causes: list[str], old: dict, new: dict) -> list[str]:
+    """CRD validation ratcheting (kube-apiserver 1.30 on, GA in 1.33): an update may keep a
+    value the schema now refuses, as long as the update leaves that value unchanged; a field
+    it sets or changes is checked.  A missing required field is never ratcheted here."""
+    kept = []
+    for cause in causes:
+        path, _, detail = cause.partition(": ")
+        unchanged = _at(old, path) == _at(new, path) and _at(new, path) is not _MISSING
+        if unchanged and not detail.startswith("Required value"):
+            continue
+        kept.append(cause)
+    return kept
 
 
 def validate_create(obj: dict) -> str | None:
