@@ -56,34 +56,18 @@ def stack():
         yield running
 
 
-#: nnf-sos's Setup may read the job's Servers from its cache before the allocation flux-dws
-#: wrote there (validateServerAllocations, a Fatal WLM error), an informer race that
-#: tests/test_nnf_sos_driver.py's jobs meet too (a few in a hundred here, loaded machine)
-SETUP_RACE = "Setup failed: #DW jobdw type=gfs2 capacity=10GiB name=shared: Allocation request"
-
-
 def run(stack, directives: list[str], **options):
-    """Submit the job and wait for its end; once more if it lost nnf-sos's Setup race
-    (``SETUP_RACE``), which is not what these tests are about."""
-    for _ in range(3):
-        jobid = stack.submit(directives, **options)
-        info = stack.wait(jobid, timeout=180)
-        if not note(info).startswith(SETUP_RACE):
-            return info
-    raise AssertionError(f"nnf-sos's Setup race three times in a row: {note(info)}")
+    """Submit the job and wait for its end.  nnf-sos's Setup reads the Servers from its cache;
+    flux-dws asks for Setup only once that cache has them (core.rabbits.servers_awaiting_nnf),
+    so no job here may lose that race."""
+    return stack.wait(stack.submit(directives, **options), timeout=180)
 
 
 def started(stack, directives: list[str], **options) -> int:
-    """Submit the job and wait until its tasks start (past nnf-sos's Setup race)."""
-    for _ in range(3):
-        jobid = stack.submit(directives, **options)
-        try:
-            stack.wait_event(jobid, "start", timeout=120)
-            return jobid
-        except LookupError:  # it ended first
-            info = stack.wait(jobid)
-            assert note(info).startswith(SETUP_RACE), note(info)
-    raise AssertionError("nnf-sos's Setup race three times in a row")
+    """Submit the job and wait until its tasks start."""
+    jobid = stack.submit(directives, **options)
+    stack.wait_event(jobid, "start", timeout=120)
+    return jobid
 
 
 def names(info) -> list[str]:
