@@ -582,6 +582,8 @@ class World:
         elif isinstance(action, act.DeleteWorkflow):
             assert w is not None and w.desired_state is State.TEARDOWN
             self.wf = None
+        elif isinstance(action, act.ReadFailures):  # as the service reads them: no node failed
+            self.job = dataclasses.replace(j, failures=Failures(action.state.value))
         else:
             assert isinstance(action, act.WakeAt) and action.time > self.now
 
