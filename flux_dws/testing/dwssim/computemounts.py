@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 from flux_dws.testing.dwssim.writer import LOG
 from flux_dws.testing.kubeapi.errors import ApiError
@@ -55,19 +55,17 @@ def next_step(obj: dict[str, Any]) -> dict[str, Any] | None:
     return {**obj, "status": status}
 
 
-class Player:
-    """Plays a node's controller for one kind against a kubeapi Store, in a daemon thread:
-    each object it is given (``_handle``) after a list, then as a watch sees it change."""
+class Background:
+    """A stand-in for a node-side daemon: ``_run`` in one daemon thread until ``stop``."""
 
-    plural = ""
-    name = "player"
+    name = "background"
 
     def __init__(self, store: Any) -> None:
         self._store = store
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Player:
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         return self
@@ -77,6 +75,17 @@ class Player:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Player(Background):
+    """Plays a node's controller for one kind against a kubeapi Store, in a daemon thread:
+    each object it is given (``_handle``) after a list, then as a watch sees it change."""
+
+    plural = ""
+    name = "player"
 
     def _run(self) -> None:
         while not self._stop.is_set():

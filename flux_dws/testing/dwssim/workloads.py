@@ -16,12 +16,12 @@ MPIJob are left alone.
 from __future__ import annotations
 
 import datetime
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from flux_dws.testing.dwssim import jobcontrollers as jc
 from flux_dws.testing.dwssim import kubelet
+from flux_dws.testing.dwssim.computemounts import Background
 from flux_dws.testing.dwssim.writer import LOG
 from flux_dws.testing.kubeapi.errors import ApiError
 from flux_dws.testing.kubeapi.podlog import logs_of
@@ -41,31 +41,18 @@ def _owner_uid(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-class Workloads:
+class Workloads(Background):
     """Runs the container Jobs and MPIJobs of a kubeapi Store; back-off seconds count
     ``time_scale`` each (deadlines are real seconds: nnf-sos sets them from the clock)."""
 
     name = "workloads"
 
     def __init__(self, store: Any, time_scale: float = 1.0, tick: float = TICK) -> None:
-        self._store = store
+        super().__init__(store)
         self._scale = time_scale
         self._tick = tick
         self._logs = logs_of(store)
         self._known: set[tuple[str, str]] = set()  # pods whose logs we wrote
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Workloads:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
     def _run(self) -> None:
         while not self._stop.wait(self._tick):
