@@ -297,7 +297,8 @@ def ratcheted(causes: list[str], old: dict, new: dict) -> list[str]:
     kept = []
     for cause in causes:
         path, _, detail = cause.partition(": ")
-        unchanged = _at(old, path) == _at(new, path) and _at(new, path) is not _MISSING
+        value = _at(new, path)
+        unchanged = value is not _MISSING and _at(old, path) == value
         if unchanged and not detail.startswith("Required value"):
             continue
         kept.append(cause)
