@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import pytest
 import yaml
+from test_retried_errors import RefusePinnedCopies
 
 from flux_dws.base.errors import DwsError, PolicyError, RequestError
 from flux_dws.base.fsd import parse_fsd
@@ -74,6 +75,7 @@ from flux_dws.k8s.recordcache import DataMovementWatch, PodWatch
 from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
 from flux_dws.k8s.watch import ResourceWatch
 from flux_dws.service import daemon
+from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, container_profile
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi.resources import by_plural
 from flux_dws.testing.stack import Stack
@@ -900,6 +902,14 @@ def seen() -> Iterator[Seen]:
         )
         jobs["copy"] = stack.submit(
             [JOBDW, "#DW copy_in source=/lus/missing/in destination=$DW_JOB_scratch/in"]
+        )
+        refused = container_profile("refused", "ok")
+        stack.api.store.create("nnfcontainerprofiles", PROFILE_NAMESPACE, refused)
+        stack.api.store.add_admission("nnfcontainerprofiles", RefusePinnedCopies("refused", None))
+        jobs["retried"] = stack.submit(
+            [gfs2, "#DW container name=app profile=refused DW_JOB_local_storage=shared"],
+            runtime=0.05,
+            timeouts={"transient": "1s"},
         )
         jobs["deleted"] = stack.submit([JOBDW, "#DW PreRun action=wait"])
         entered(stack, jobs["deleted"], State.PRERUN)

@@ -26,7 +26,7 @@ from flux_dws.core.policy import policy_from_table
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import STATE_ORDER, State, Status, is_legal_transition
 from flux_dws.core.storage import JOBSPEC_STORAGE_KEY
-from flux_dws.core.workflow import ContainerOutcome, ContainerState, WorkflowView
+from flux_dws.core.workflow import ContainerOutcome, ContainerState, DriverStatus, WorkflowView
 
 POLICY = policy_from_table({})
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
@@ -346,6 +346,28 @@ def test_transient_condition_is_tolerated_for_the_grace_period_then_fails():
     late = decide(j, transient, POLICY, NOW + 30)
     assert "TransientCondition for more than 30s" in of(late, act.RaiseException)[0].note
     assert tears_down(late)
+
+
+def test_an_error_its_driver_retries_is_waited_for_the_grace_period_then_fails():
+    """nnf-sos's unclassified error (``Internal error: <err>``, error ``<err>``) clears on its
+    next pass: the job waits as for a TransientCondition, and says so if it does not clear."""
+    error = 'nnfcontainerprofiles.nnf.cray.hpe.com "x-1" already exists'
+    entry = DriverStatus(
+        "nnf", "", 0, State.PROPOSAL, False, "Error", f"Internal error: {error}", error, 0
+    )
+    message = f"DW Directive 0: Internal error: {error}"
+    retried = wf(State.PROPOSAL, ready=False, status=Status.ERROR, message=message)
+    retried = dataclasses.replace(retried, drivers=(entry,))
+    j = job(JobPhase.PROLOG, **recorded(State.PROPOSAL, NOW + 3600))
+    first = decide(j, retried, POLICY, NOW)
+    assert [e.name for e in of(first, act.PostEvent)] == ["dws-transient"]
+    assert not of(first, act.RaiseException) and not tears_down(first)
+    j = dataclasses.replace(j, transient=(State.PROPOSAL, NOW))
+    assert kinds(decide(j, retried, POLICY, NOW + 29)) == ["WakeAt"]
+    (late,) = of(decide(j, retried, POLICY, NOW + 30), act.RaiseException)
+    assert late.note.startswith(
+        f"Proposal failed: in Error, retried by its driver, for more than 30s: {error}"
+    ), late.note
 
 
 def test_user_transient_grace_is_used():

@@ -150,7 +150,7 @@ def test_a_container_that_exits_nonzero_fails_the_job_in_postrun(stack):
     """The Job's pod fails; the Job controller retries it retryLimit (6) times and gives up;
     nnf-sos fails PostRun with the Job's condition, which the user reads on the job."""
     info = run(stack, container("exit-nonzero"), runtime=0.05)
-    assert "start" in names(info)
+    assert "start" in names(info), note(info)
     assert (info.exception or {}).get("type") == "dws" and info.attach_status != 0
     assert note(info).startswith("PostRun failed: "), note(info)
     reason = (
@@ -174,7 +174,7 @@ def test_an_mpi_container_that_crashes_fails_after_its_retries(stack):
     pods crash until the back-off limit; nnf-sos words the MPIJob's Failed condition."""
     info = run(stack, container("crash-loop"), runtime=0.05)
     name = workflow_name(stack.identity, info.id)
-    assert "start" in names(info)
+    assert "start" in names(info), (note(info), names(info))
     assert "failed to run successfully after 7 attempts" in note(info), note(info)
     outcome = info.events("dws-container")[0]["context"]
     assert outcome["detail"].endswith(
@@ -207,7 +207,7 @@ def test_a_container_that_never_starts_fails_prerun_at_its_profile_timeout(stack
 
 def test_a_container_that_hangs_fails_postrun_at_its_profile_timeout(stack):
     info = run(stack, container("hang-1s"), runtime=0.05)
-    assert "start" in names(info)
+    assert "start" in names(info), note(info)
     assert "user container(s) failed to complete after 1 seconds" in note(info), note(info)
     outcome = info.events("dws-container")[0]["context"]
     assert outcome["state"] == "timed-out" and outcome["phase"] == "PostRun"

@@ -218,7 +218,8 @@ def _failure(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> str 
     if wf.transient and job.transient and job.transient[0] is state:
         grace = _timeout(job, "transient", policy)
         if now >= job.transient[1] + grace:
-            reason = f"in TransientCondition for more than {format_fsd(grace)}: "
+            said = "in Error, retried by its driver," if wf.retrying else "in TransientCondition"
+            reason = f"{said} for more than {format_fsd(grace)}: "
             return failure_note(
                 state.value, reason + (dws_reason(wf.message) or "no message"), job.jobid
             )

@@ -128,16 +128,48 @@ class WorkflowView:
 
     @property
     def failed(self) -> bool:
-        return self.settled and self.status is Status.ERROR
+        return self.settled and self.status is Status.ERROR and not self.retrying
 
     @property
     def transient(self) -> bool:
-        return self.settled and self.status is Status.TRANSIENT
+        return self.settled and (self.status is Status.TRANSIENT or self.retrying)
+
+    @property
+    def retrying(self) -> bool:
+        """Error, but only from errors the drivers did not classify and retry themselves
+        (``retried_error``): waited for like a TransientCondition, not failed at once."""
+        return self.settled and only_retried_errors(self.drivers, self.state, self.status)
 
     @property
     def user_message(self) -> str:
         """status.message without its "DW Directive N: " prefix."""
         return _strip_directive(self.message)
+
+
+def retried_error(entry: DriverStatus) -> bool:
+    """An Error entry for an error its driver did not classify, which it retries.
+
+    nnf-sos turns a plain Go error (an API conflict, an "already exists" from its stale cache)
+    into ``message: "Internal error: <err>"``, ``error: "<err>"`` (handleWorkflowError), and its
+    controller requeues with backoff and clears the entry on its next pass.  A classified
+    error (DWS's ResourceError, whose severity means what it says) has ``error`` in the form
+    ``"<type> error: <detail>"`` in lower case, so its message never reads so.
+    """
+    return (
+        entry.status == _DRIVER_ERROR
+        and bool(entry.error)
+        and entry.message == f"Internal error: {entry.error}"
+    )
+
+
+def only_retried_errors(
+    drivers: Sequence[DriverStatus], state: State | None, status: Status | None
+) -> bool:
+    """The workflow is in Error in ``state`` only through ``retried_error`` entries."""
+    if status is not Status.ERROR:
+        return False
+    errors = [d for d in drivers if d.watch_state is state and d.status == _DRIVER_ERROR]
+    return bool(errors) and all(map(retried_error, errors))
 
 
 # --------------------------------------------------------------------------- timestamps
@@ -418,8 +450,10 @@ def container_outcome(
     future = _from_containers_field(containers, index, state)
     if future is not None:
         return future
-    mine = [d for d in drivers if d.dwd_index == index]
-    rolled_up = message if _directive_of(message) == index and status is Status.ERROR else ""
+    mine = [d for d in drivers if d.dwd_index == index and not retried_error(d)]
+    retrying = only_retried_errors(drivers, state, status)
+    named = _directive_of(message) == index and status is Status.ERROR and not retrying
+    rolled_up = message if named else ""
     for phase in (State.PRERUN, State.POSTRUN):
         for entry in mine:
             if entry.watch_state is phase and entry.status == _DRIVER_ERROR:

@@ -43,7 +43,6 @@ from flux_dws.testing.dwssim.containers import (
     prerun_verdict,
 )
 from flux_dws.testing.dwssim.outcomes import (
-    MAJOR,
     USER,
     WLM,
     Complete,
@@ -53,7 +52,9 @@ from flux_dws.testing.dwssim.outcomes import (
     Wait,
     apply_outcome,
     fatal,
+    is_unclassified,
     tester_outcome,
+    unclassified,
 )
 from flux_dws.testing.dwssim.reading import read_directives
 from flux_dws.testing.dwssim.writer import LOG, MAX_CONFLICT_RETRIES, StoreWriter, utc_now, who
@@ -110,7 +111,7 @@ class NnfDriver(StoreWriter):
         for position, entry in enumerate(drivers):
             if entry.get("watchState") != state.value or entry.get("completed"):
                 continue
-            if entry.get("status") == Status.ERROR.value:
+            if entry.get("status") == Status.ERROR.value and not is_unclassified(entry):
                 continue
             index = entry.get("dwdIndex", 0)
             directive = directives.get(index)
@@ -119,10 +120,12 @@ class NnfDriver(StoreWriter):
             try:
                 outcome = self._decide(wf, entry.get("driverID"), directive, state)
             except ApiError as exc:
-                outcome = ResourceError(debug=f"API error: {exc.message}", severity=MAJOR).fail()
+                outcome = unclassified(exc.message)
                 timers.append((API_RETRY, state))
             if outcome is None:
                 continue
+            if is_unclassified(entry):  # nnf-sos's next pass starts the entry afresh
+                entry = dict(entry, status="Running", message="", error="")
             drivers[position] = apply_outcome(entry, outcome, now)
             if isinstance(outcome, Complete) and outcome.env:
                 status.setdefault("env", {}).update(outcome.env)

@@ -95,6 +95,22 @@ def fatal(user_message: str = "", debug: str = "", kind: str = INTERNAL) -> Fail
     return ResourceError(user_message, debug, kind, FATAL).fail()
 
 
+def unclassified(error: str) -> Fail:
+    """nnf-sos's handleWorkflowError for a plain Go error (an API call that failed): Error,
+    ``Internal error: <err>``; its controller requeues and clears the entry on its next pass."""
+    return Fail(status=Status.ERROR.value, message=f"Internal error: {error}", error=error)
+
+
+def is_unclassified(entry: Mapping[str, Any]) -> bool:
+    """An entry ``unclassified`` wrote, which the driver retries."""
+    error = entry.get("error")
+    return (
+        entry.get("status") == Status.ERROR.value
+        and bool(error)
+        and entry.get("message") == f"Internal error: {error}"
+    )
+
+
 def apply_outcome(
     entry: Mapping[str, Any], outcome: Outcome, now: datetime.datetime
 ) -> dict[str, Any]:

@@ -232,7 +232,11 @@ class FakeFlux:
             if info.events(name):
                 return True
             if info.state == "INACTIVE":
-                raise LookupError(f"job {jobid} became inactive without a {name} event")
+                ended = info.exception or {}
+                raise LookupError(
+                    f"job {jobid} became inactive without a {name} event "
+                    f"({ended.get('type', 'no')} exception: {ended.get('note', '')!r})"
+                )
             return False
 
         return self._wait_for(jobid, posted, f"a {name} event", timeout).events(name)[0]
