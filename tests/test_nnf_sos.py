@@ -18,7 +18,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from flux_dws.testing.realdws import crd_dirs, nnf_node_controller, nnf_sos
+from flux_dws.testing.nnfsos import nnf_node_controller, nnf_sos
+from flux_dws.testing.realdws import crd_dirs
 
 NNF = "nnf.cray.hpe.com"
 RABBIT = "rabbit-0"

@@ -25,7 +25,7 @@ from flux_dws.core.identity import workflow_name
 from flux_dws.core.output import OUTPUT_KEY
 from flux_dws.core.states import State
 from flux_dws.testing.dwssim.containers import PROFILE_NAMESPACE, container_profile
-from flux_dws.testing.realdws import nnf_sos_problem
+from flux_dws.testing.nnfsos import nnf_sos_problem
 from flux_dws.testing.stack import Stack
 
 RABBIT = "rabbit-0"

@@ -4,12 +4,12 @@
 ``Stack(dws="real", nnf="sos")``: kubeapi serves DWS's and nnf-sos's own CRDs, DWS's manager
 and test driver run, and nnf-sos runs as its deployment does in kind (ENVIRONMENT=kind,
 nnf-ec's -mock): its storage controller and a node controller for the rabbit
-(flux_dws.testing.realdws.NnfSos).  nnf-sos makes the DirectiveBreakdowns, allocates the
+(flux_dws.testing.nnfsos.NnfSos).  nnf-sos makes the DirectiveBreakdowns, allocates the
 Servers' storage, reports the rabbit's Storage (capacity), makes NnfStorage, NnfAccess and
 the ClientMounts, and writes the job's environment; the compute nodes' clientmountd is not
 run, so dwssim plays it (flux_dws.testing.dwssim.computemounts).  The flux-dws service runs
 each job against fakeflux.  Where the binaries, CRDs or nnf-sos's config/examples are absent,
-these tests skip with one line (realdws.nnf_sos_problem); the first tests need none.
+these tests skip with one line (nnfsos.nnf_sos_problem); the first tests need none.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from flux_dws.core.identity import workflow_name
 from flux_dws.core.states import State
 from flux_dws.testing.dwssim.computemounts import FINALIZER, next_step
 from flux_dws.testing.kubeapi import ApiError
-from flux_dws.testing.realdws import lustre_problem, nnf_sos_problem
+from flux_dws.testing.nnfsos import lustre_problem, nnf_sos_problem
 from flux_dws.testing.stack import Stack
 
 RABBIT = "rabbit-0"

@@ -28,7 +28,7 @@ from flux_dws.core.storage import (
     plan_servers,
 )
 from flux_dws.testing.nnfmock import rabbit_nids
-from flux_dws.testing.realdws import lustre_problem, nnf_sos_problem
+from flux_dws.testing.nnfsos import lustre_problem, nnf_sos_problem
 from flux_dws.testing.stack import Stack
 from tests.test_nnf_sos_driver import COMPUTES, RABBIT, get, path_of, states_entered
 

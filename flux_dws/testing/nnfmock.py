@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """Where nnf-sos's kind mode differs from a real system in a way the tests must not inherit.
 
-nnf-sos runs here as its kind deployment does (flux_dws.testing.realdws.NnfSos), and kind mode
+nnf-sos runs here as its kind deployment does (flux_dws.testing.nnfsos.NnfSos), and kind mode
 gives every rabbit the same LNet address, ``1.2.3.4@tcp`` (nnf_node_controller.go; a real
 rabbit's comes from ``lctl list_nids``).  nnf-sos finds a Lustre file system's MGT by its
 rabbit's address (nnf_storage_controller.go, getLustreMgt), so with one address for all, any

@@ -83,7 +83,7 @@ class Stack:
         self.real_dws: Any = None
         if nnf not in ("sim", "sos") or (nnf == "sos" and dws != "real"):
             raise ValueError(f"nnf must be 'sim', or 'sos' with dws='real', not {nnf!r}")
-        # "sos": nnf-sos (realdws.NnfSos, mock hardware) is the NNF driver beside the real DWS,
+        # "sos": nnf-sos (nnfsos.NnfSos, mock hardware) is the NNF driver beside the real DWS,
         # on a kubeapi serving DWS's and nnf-sos's own CRDs; dwssim does not run.
         self.nnf = nnf
         self.nnf_sos: Any = None
@@ -212,7 +212,7 @@ class Stack:
         from flux_dws.testing.dwssim.datamovement import DataMover
         from flux_dws.testing.dwssim.workloads import Workloads
         from flux_dws.testing.nnfmock import own_nids
-        from flux_dws.testing.realdws import (
+        from flux_dws.testing.nnfsos import (
             NnfSos,
             data_movement_manager,
             install_nnf_profiles,
