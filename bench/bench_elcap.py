@@ -13,7 +13,8 @@ Prints figures, never asserts (issue 23, goal 3):
 - the service's start-up reconcile with ``--reconcile`` workflows in flight on this system
   (bench/bench_reconcile.py with this many compute nodes and their rabbits);
 - real Fluxion (bench/bench_fluxion.py at this size) where flux-core and Fluxion are
-  installed: first match and p50 with and without rabbits, for 4, 64 and 1024-node jobs.
+  installed: the graph's load, the first match after it and p50, with and without rabbits,
+  for 4, 64 and 1024-node jobs.
 """
 
 from __future__ import annotations

@@ -149,8 +149,25 @@ def test_a_pool_has_at_least_one_part_per_node() -> None:
 
 def test_a_rabbit_that_is_not_ready_has_its_pool_down() -> None:
     found = vertices(resource_graph(R, rabbit_inventory(*objects(status="Offline"))))
-    assert {m["status"] for m in pool(found, "rabbit-0")} == {0}
+    assert {m.get("status", 0) for m in pool(found, "rabbit-0")} == {0}
     assert {m["status"] for m in pool(found, "rabbit-1")} == {1}
+
+
+def test_the_graph_leaves_out_what_fluxion_fills_in() -> None:
+    """Fluxion's JGF reader defaults these (apply_defaults; an edge is containment): written
+    out, they made El Capitan's graph load about twice as long (issue 23, goal 3)."""
+    graph = resource_graph(R, rabbit_inventory(*objects(status="Offline")))["scheduling"]
+    defaults = {"rank": -1, "exclusive": False, "unit": "", "size": 1, "status": 0}
+    for vertex in graph["graph"]["nodes"]:
+        meta = vertex["metadata"]
+        assert not {"uniq_id", "basename"} & meta.keys(), meta
+        assert not [k for k, v in defaults.items() if k in meta and meta[k] == v], meta
+    assert all(edge.keys() == {"source", "target"} for edge in graph["graph"]["edges"])
+    found = vertices({"scheduling": graph})
+    # what is not a default is kept: a node's rank, a core's exclusivity, a pool's size
+    assert found["/cluster0/rabbit-0/compute-02"]["metadata"]["rank"] == 1
+    assert found["/cluster0/compute-06/core1"]["metadata"]["exclusive"] is True
+    assert {m["unit"] for m in pool(found, "rabbit-0")} == {"GiB"}
 
 
 @pytest.mark.parametrize(
