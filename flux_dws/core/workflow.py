@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.frozen import SLOTS
-from flux_dws.core.states import State, Status
+from flux_dws.core.states import State, Status, state_named
 
 WORKFLOW_GROUP = "dataworkflowservices.github.io"
 WORKFLOW_KIND = "Workflow"
@@ -149,6 +150,11 @@ def parse_time(text: str | None) -> float | None:
         return None
     if not isinstance(text, str):
         raise DwsError(f"invalid timestamp {_show(text)}: expected an RFC 3339 string")
+    return _parse_time(str(text))
+
+
+@functools.lru_cache(maxsize=1024)  # each event of a workflow carries its times again
+def _parse_time(text: str) -> float:
     match = _RFC3339.match(text)
     bad = f"invalid timestamp {_show(text)} (expected RFC 3339, e.g. 2026-03-01T12:00:00.123456Z)"
     if not match:
@@ -281,6 +287,28 @@ def kept(obj: Mapping[str, Any], parts: Mapping[str, tuple[str, ...]] = _KEPT) -
     return out
 
 
+def read_from(view: WorkflowView | None, obj: Mapping[str, Any]) -> bool:
+    """Whether ``view`` was read from this very version of the workflow ``obj`` (same uid
+    and resourceVersion, which name one content), so reading ``obj`` again gives ``view``:
+    the watch's event for a version the service adopted from a response already.  A view
+    whose desiredState (or hurry) was set ahead of the watch (a patch in flight) was not."""
+    if view is None:
+        return False
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    if type(meta) is not dict or type(spec) is not dict:
+        return False
+    version = meta.get("resourceVersion")
+    return (
+        type(version) is str
+        and version != ""
+        and version == view.resource_version
+        and meta.get("uid") == view.uid
+        and type(spec.get("desiredState")) is str
+        and state_named(spec["desiredState"]) is view.desired_state
+        and (spec.get("hurry") is True) is view.hurry
+    )
+
+
 def _annotations(value: Any) -> dict[str, str]:
     """metadata.annotations, string to string only: flux-dws reads its own (the release
     mark, core.release) and ignores what others put there, so nothing in them makes the
@@ -290,7 +318,44 @@ def _annotations(value: Any) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def _text_or_none(value: Any) -> bool:
+    return value is None or type(value) is str
+
+
 def _driver(who: str, index: int, entry: Any) -> DriverStatus:
+    if type(entry) is dict:  # the common case, each field of its JSON type: checked inline
+        get = entry.get
+        driver_id, task_id, status = get("driverID"), get("taskID"), get("status")
+        message, error, watch = get("message"), get("error"), get("watchState")
+        dwd_index, completed, last_hb = get("dwdIndex"), get("completed"), get("lastHB")
+        watch_state = state_named(watch) if type(watch) is str else None
+        if (
+            type(dwd_index) is int
+            and (completed is None or type(completed) is bool)
+            and (last_hb is None or type(last_hb) is int)
+            and (watch is None or watch == "" or watch_state is not None)
+            and _text_or_none(driver_id)
+            and _text_or_none(task_id)
+            and _text_or_none(status)
+            and _text_or_none(message)
+            and _text_or_none(error)
+        ):
+            return DriverStatus(
+                driver_id=driver_id or "",
+                task_id=task_id or "",
+                dwd_index=dwd_index,
+                watch_state=watch_state,
+                completed=completed is True,
+                status=status or "",
+                message=message or "",
+                error=error or "",
+                last_hb=last_hb or 0,
+            )
+    return _driver_checked(who, index, entry)
+
+
+def _driver_checked(who: str, index: int, entry: Any) -> DriverStatus:
+    """:func:`_driver` field by field: the one-line error for a field of the wrong type."""
     path = f"status.drivers[{index}]"
     if not isinstance(entry, Mapping):
         raise DwsError(f"{who}: {path} must be a mapping, not {type(entry).__name__}")

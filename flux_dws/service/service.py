@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from flux_dws.base import untrusted
+from flux_dws.base.frozen import share_strings_with
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import name_of
@@ -36,9 +37,9 @@ from flux_dws.core.reconcile import may_decide, startup_order, waits_for_list
 from flux_dws.core.release import held_parts
 from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
-from flux_dws.core.workflow import kept, view_workflow
+from flux_dws.core.workflow import kept, read_from, view_workflow
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.flux.records import job_view, parse_request
+from flux_dws.flux.records import parse_request
 from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache
@@ -241,7 +242,9 @@ class Service:
             tracked = self._tracked(int(record["id"]))
             if record.get("phase") == "gone":
                 tracked.record = None
-            else:  # a record sent before the plugin saw our posts must not undo them
+            else:
+                share_strings_with(record, tracked.record)  # held: one copy of each text
+                # a record sent before the plugin saw our posts must not undo them
                 dws = {**(record.get("dws") or {}), **tracked.posting}
                 tracked.record = {**record, "dws": dws} if tracked.posting else record
             tracked.observed = seen
@@ -312,10 +315,12 @@ class Service:
             and version_number(meta.get("resourceVersion")) < version_number(known.resource_version)
         ):  # older than a version adopted from a response (the watch lags): it would undo it
             return
-        tracked.unreadable = ""
         if kind == "DELETED":
-            tracked.workflow, tracked.raw = None, None
+            tracked.workflow, tracked.raw, tracked.unreadable = None, None, ""
+        elif not tracked.unreadable and read_from(known, obj):
+            pass  # the version a response gave already (executor.adopt): the view stands
         else:
+            tracked.unreadable = ""
             try:
                 tracked.workflow, tracked.raw = view_workflow(obj), kept(obj)
             except ValueError as exc:  # never "gone": the job is held until it can be read
@@ -356,16 +361,11 @@ class Service:
         if not may_decide(synced=self.synced, listed=self.listed, held=held, seen=_seen(tracked)):
             return None
         if tracked.record is None:
+            tracked.view_of, tracked.view = (), None
             return JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
         if tracked.request is None:
             tracked.request = parse_request(tracked.record, self.policy, owner_uid=self.owner_uid)
-        return job_view(
-            tracked.record,
-            tracked.request,
-            groupid=self.executor.gids.get(int(tracked.record["userid"]), -1),
-            proposal=tracked.proposal,
-            failures=tracked.failures,
-        )
+        return tracked.job_view(self.executor.gids.get(int(tracked.record["userid"]), -1))
 
     def _decide(self, tracked: Tracked) -> None:
         job = self.view(tracked)
