@@ -162,9 +162,12 @@ def stream_lines(resp: Any) -> Iterator[bytes]:
             if buffer.strip():
                 yield buffer
             return
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
+        if b"\n" not in chunk:
+            buffer += chunk
+            continue
+        lines = (buffer + chunk).split(b"\n")  # one split: not one copy of the rest per line
+        buffer = lines.pop()
+        for line in lines:
             if line.strip():
                 yield line
 
