@@ -13,7 +13,6 @@ exited or failed is read from the container directive's driver entries, or from 
 
 from __future__ import annotations
 
-import calendar
 import datetime
 import functools
 import re
@@ -156,22 +155,31 @@ def parse_time(text: str | None) -> float | None:
 @functools.lru_cache(maxsize=1024)  # each event of a workflow carries its times again
 def _parse_time(text: str) -> float:
     match = _RFC3339.match(text)
-    bad = f"invalid timestamp {_show(text)} (expected RFC 3339, e.g. 2026-03-01T12:00:00.123456Z)"
-    if not match:
-        raise DwsError(bad)
-    year, month, day, hour, minute, second = (int(g) for g in match.group(1, 2, 3, 4, 5, 6))
-    try:
-        datetime.datetime(year, month, day, hour, minute, second)
+    if match is None:
+        raise _bad_time(text)
+    year, month, day, hour, minute, second = map(int, match.group(1, 2, 3, 4, 5, 6))
+    try:  # datetime checks the date and the time of day (at C speed)
+        moment = datetime.datetime(year, month, day, hour, minute, second, tzinfo=_UTC)
     except ValueError:
-        raise DwsError(bad) from None
+        raise _bad_time(text) from None
     offset = 0
     if match.group(9):
         off_h, off_m = int(match.group(10)), int(match.group(11))
         if off_h > 23 or off_m > 59:
-            raise DwsError(bad)
+            raise _bad_time(text)
         offset = (off_h * 3600 + off_m * 60) * (-1 if match.group(9) == "-" else 1)
-    whole = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
+    whole = (moment - _EPOCH) // _SECOND - offset
     return whole + float("0" + (match.group(7) or ".0"))
+
+
+def _bad_time(text: str) -> DwsError:
+    example = "2026-03-01T12:00:00.123456Z"
+    return DwsError(f"invalid timestamp {_show(text)} (expected RFC 3339, e.g. {example})")
+
+
+_UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+_SECOND = datetime.timedelta(seconds=1)
 
 
 # --------------------------------------------------------------------------- the view
