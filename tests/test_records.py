@@ -361,22 +361,6 @@ def test_text_from_kubernetes_is_safe_for_flux_json():
     assert "\\udc80" not in json.dumps(record.to_event())
 
 
-def test_a_held_jobs_view_is_built_again_only_when_what_it_reads_changes():
-    from flux_dws.service.jobs import Tracked
-
-    record = {"id": 42, "phase": "prolog", "userid": 1001, "dws": {"dws-workflow": {}}}
-    tracked = Tracked(42, record=record, request=(None, ""))
-    view = tracked.job_view(1001)
-    assert view == job_view(record, (None, ""), groupid=1001)
-    assert tracked.job_view(1001) is view
-    assert tracked.job_view(1002).groupid == 1002
-    tracked.record = {**record, "phase": "run"}  # records are replaced whole, never changed
-    assert tracked.job_view(1002).phase is JobPhase.RUN
-    failures = tracked.job_view(1002)
-    tracked.failures = object()  # type: ignore[assignment]
-    assert tracked.job_view(1002) is not failures
-
-
 def test_a_new_records_strings_are_shared_with_the_last_ones():
     from flux_dws.base.frozen import share_strings, share_strings_with
 

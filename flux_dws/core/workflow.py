@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from sys import intern
 from types import MappingProxyType
 from typing import Any
 
@@ -348,15 +349,15 @@ def _driver(who: str, index: int, entry: Any) -> DriverStatus:
             and _text_or_none(message)
             and _text_or_none(error)
         ):
-            return DriverStatus(
-                driver_id=driver_id or "",
-                task_id=task_id or "",
+            return DriverStatus(  # one copy of each text, as from the watch (base.frozen)
+                driver_id=intern(driver_id) if driver_id else "",
+                task_id=intern(task_id) if task_id else "",
                 dwd_index=dwd_index,
                 watch_state=watch_state,
                 completed=completed is True,
-                status=status or "",
-                message=message or "",
-                error=error or "",
+                status=intern(status) if status else "",
+                message=intern(message) if message else "",
+                error=intern(error) if error else "",
                 last_hb=last_hb or 0,
             )
     return _driver_checked(who, index, entry)

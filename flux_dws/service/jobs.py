@@ -19,7 +19,6 @@ from flux_dws.core.jobview import JobView, ProposalInfo
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
 from flux_dws.core.workflow import WorkflowView
-from flux_dws.flux.records import job_view
 
 
 class Halt:
@@ -58,37 +57,6 @@ class Tracked:
     unreadable: str = ""  # why the latest version of the workflow could not be read
     unreadable_since: float | None = None  # loop time it first could not be read (in a row)
     alarmed: str = ""  # the unreadable problem already reported
-    # the JobView last built (Service.view) and what it was built from: the same record,
-    # request, Proposal and failures objects (each is replaced whole, never changed) and
-    # group give the same view, so a workflow event does not build it again
-    view_of: tuple[Any, ...] = ()
-    view: JobView | None = None
-
-    def job_view(self, groupid: int) -> JobView:
-        """The held job's JobView (flux_dws.flux.records.job_view), built again only when
-        what it is built from changed: the record, request, Proposal and failures are each
-        replaced whole, never changed in place, so the same objects give the same view."""
-        assert self.record is not None and self.request is not None
-        of = self.view_of
-        if (
-            self.view is not None
-            and of[0] is self.record
-            and of[1] is self.request
-            and of[2] is self.proposal
-            and of[3] is self.failures
-            and of[4] == groupid
-        ):
-            return self.view
-        view = job_view(
-            self.record,
-            self.request,
-            groupid=groupid,
-            proposal=self.proposal,
-            failures=self.failures,
-        )
-        self.view_of = (self.record, self.request, self.proposal, self.failures, groupid)
-        self.view = view
-        return view
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
 from flux_dws.core.workflow import kept, read_from, view_workflow
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.flux.records import parse_request
+from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache
@@ -361,11 +361,16 @@ class Service:
         if not may_decide(synced=self.synced, listed=self.listed, held=held, seen=_seen(tracked)):
             return None
         if tracked.record is None:
-            tracked.view_of, tracked.view = (), None
             return JobView(tracked.jobid, JobPhase.GONE, userid=-1, groupid=-1)
         if tracked.request is None:
             tracked.request = parse_request(tracked.record, self.policy, owner_uid=self.owner_uid)
-        return tracked.job_view(self.executor.gids.get(int(tracked.record["userid"]), -1))
+        return job_view(
+            tracked.record,
+            tracked.request,
+            groupid=self.executor.gids.get(int(tracked.record["userid"]), -1),
+            proposal=tracked.proposal,
+            failures=tracked.failures,
+        )
 
     def _decide(self, tracked: Tracked) -> None:
         job = self.view(tracked)
