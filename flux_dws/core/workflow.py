@@ -25,7 +25,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
-from flux_dws.base.frozen import SLOTS
+from flux_dws.base.frozen import SLOTS, share_strings
 from flux_dws.core.states import State, Status, state_named
 
 WORKFLOW_GROUP = "dataworkflowservices.github.io"
@@ -294,6 +294,14 @@ def kept(obj: Mapping[str, Any], parts: Mapping[str, tuple[str, ...]] = _KEPT) -
         elif value is not None:
             out[part] = value
     return out
+
+
+def view_of(obj: dict[str, Any]) -> tuple[WorkflowView, dict[str, Any]]:
+    """The view of a Workflow object freshly decoded, and what is kept of it (:func:`kept`),
+    its strings shared first (base.frozen): one copy of each repeated text (namespace,
+    labels, directives) among the workflows held.  Raises as :func:`view_workflow`."""
+    raw = share_strings(kept(obj))
+    return view_workflow(obj), raw
 
 
 def read_from(view: WorkflowView | None, obj: Mapping[str, Any]) -> bool:

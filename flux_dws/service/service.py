@@ -37,7 +37,7 @@ from flux_dws.core.reconcile import may_decide, startup_order, waits_for_list
 from flux_dws.core.release import held_parts
 from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
-from flux_dws.core.workflow import kept, read_from, view_workflow
+from flux_dws.core.workflow import read_from, view_of
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
@@ -322,7 +322,7 @@ class Service:
         else:
             tracked.unreadable = ""
             try:
-                tracked.workflow, tracked.raw = view_workflow(obj), kept(obj)
+                tracked.workflow, tracked.raw = view_of(obj)
             except ValueError as exc:  # never "gone": the job is held until it can be read
                 tracked.unreadable, tracked.raw = str(exc), obj
         tracked.observed = seen
