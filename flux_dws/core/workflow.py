@@ -14,7 +14,6 @@ exited or failed is read from the container directive's driver entries, or from 
 from __future__ import annotations
 
 import datetime
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -150,10 +149,9 @@ def parse_time(text: str | None) -> float | None:
         return None
     if not isinstance(text, str):
         raise DwsError(f"invalid timestamp {_show(text)}: expected an RFC 3339 string")
-    return _parse_time(str(text))
+    return _parse_time(text)
 
 
-@functools.lru_cache(maxsize=1024)  # each event of a workflow carries its times again
 def _parse_time(text: str) -> float:
     match = _RFC3339.match(text)
     if match is None:
