@@ -406,3 +406,36 @@ def test_on_real_flux_ranks_sharing_a_hostname_keep_their_own_drains():
         assert dict(status().drained) == {0: "memory errors"}
     finally:
         flux.stop()
+
+
+# ---- a Storage event that changes only what health does not read ----------------------------
+
+
+@pytest.mark.parametrize(
+    "change", ["free", "link", "status", "message", "disabled", "annotation", "name"]
+)
+def test_storage_read_again_only_when_what_health_reads_changed(change: str) -> None:
+    import copy
+
+    from flux_dws.service.healthwatch import reads_same
+
+    before = storage("r0")
+    after = copy.deepcopy(before)
+    if change == "free":
+        after["status"]["capacity"] -= 10**9
+        after["status"]["devices"][0]["capacity"] -= 10**9
+    elif change == "link":
+        after["status"] = storage_status_update(before, "Ready", links={"c1": "Offline"})
+    elif change == "status":
+        after["status"] = storage_status_update(before, "Degraded")
+    elif change == "message":
+        after["status"]["message"] = "fenced"
+    elif change == "disabled":
+        after["spec"]["state"] = "Disabled"
+    elif change == "annotation":
+        after["metadata"]["annotations"] = {"drain_reason": "maintenance"}
+    else:
+        after["metadata"]["name"] = "r1"
+    same = reads_same(before, after)
+    assert same == (change == "free")
+    assert same <= (rabbit_from_storage(before) == rabbit_from_storage(after))

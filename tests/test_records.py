@@ -359,3 +359,17 @@ def test_text_from_kubernetes_is_safe_for_flux_json():
         State.DATAIN, DIRECTIVES, [dm(1, state="Finished", status="Failed", message="x\udc80")]
     )
     assert "\\udc80" not in json.dumps(record.to_event())
+
+
+def test_a_new_records_strings_are_shared_with_the_last_ones():
+    from flux_dws.base.frozen import share_strings, share_strings_with
+
+    old = share_strings(json.loads('{"attributes": {"system": {"dw": "#DW jobdw"}}, "dws": {}}'))
+    new = json.loads(
+        '{"attributes": {"system": {"dw": "#DW jobdw"}}, "dws": {"dws-state": {"state": "Setup"}}}'
+    )
+    expected = json.loads(json.dumps(new))
+    assert share_strings_with(new, old) == expected
+    assert new["attributes"] is old["attributes"]  # unchanged: the last record's copy
+    assert new["dws"]["dws-state"]["state"] is share_strings(["Setup"])[0]  # changed: shared
+    assert share_strings_with(json.loads(json.dumps(expected)), None) == expected

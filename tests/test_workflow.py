@@ -717,3 +717,50 @@ def test_one_classified_error_beside_a_retried_one_fails() -> None:
     driver_error(obj, 0, State.PRERUN, "User error: mount failed", "user error: mount failed")
     view = view_workflow(obj)
     assert view.failed and not view.retrying
+
+
+# ---- reading fast: the same as reading field by field ---------------------------------------
+
+_DRIVER_VALUES = st.one_of(
+    st.none(),
+    st.sampled_from(["", "nnf", "PreRun", "prerun", "Later", "Completed"]),
+    st.integers(-2, 2),
+    st.booleans(),
+    st.just(1.5),
+    st.just([]),
+)
+_DRIVER_KEYS = ("driverID", "taskID", "dwdIndex", "watchState", "completed", "status")
+_DRIVER_KEYS += ("message", "error", "lastHB", "other")
+
+
+def _read_driver(read: Any, entry: Any) -> Any:
+    try:
+        return read("workflow w", 2, entry)
+    except ValueError as exc:
+        return ("error", str(exc))
+
+
+@given(st.dictionaries(st.sampled_from(_DRIVER_KEYS), _DRIVER_VALUES) | _DRIVER_VALUES)
+def test_driver_entry_read_inline_as_field_by_field(entry: Any) -> None:
+    from flux_dws.core.workflow import _driver, _driver_checked
+
+    assert _read_driver(_driver, entry) == _read_driver(_driver_checked, entry)
+
+
+def test_a_view_is_known_read_from_its_own_version_only() -> None:
+    from flux_dws.core.workflow import read_from
+
+    obj = make_workflow(State.SETUP, ready=True)
+    view = view_workflow(obj)
+    assert read_from(view, copy.deepcopy(obj))
+    newer = copy.deepcopy(obj)
+    newer["metadata"]["resourceVersion"] = "43"
+    assert not read_from(view, newer)
+    other = copy.deepcopy(obj)
+    other["metadata"]["uid"] = "another"
+    assert not read_from(view, other)
+    # a view whose desiredState was set ahead of the watch (a patch in flight) is not
+    asked = dataclasses.replace(view, desired_state=State.DATAIN)
+    assert not read_from(asked, obj)
+    assert not read_from(dataclasses.replace(view, hurry=True), obj)
+    assert not read_from(None, obj)

@@ -42,6 +42,33 @@ def share_strings(value: Any) -> Any:
     return value
 
 
+def share_strings_with(value: dict[str, Any], old: Any, depth: int = 2) -> dict[str, Any]:
+    """:func:`share_strings` for a new version of ``old`` (a dict decoded afresh, whose
+    strings were shared already): each of ``value``'s items equal to ``old``'s (compared at C
+    speed) is replaced by ``old``'s, whose strings are shared, and only the items that changed
+    are walked, down ``depth`` levels of dicts.  A job's record comes again whole on each
+    change, mostly as it was (its jobspec's attributes never change), and walking all of it
+    in Python each time cost more of the service's loop than deciding on it."""
+    if type(old) is not dict:
+        return share_strings(value)
+    for key, item in value.items():
+        before = old.get(key)
+        if before is item:
+            continue
+        kind = type(item)
+        if kind is str:
+            value[key] = sys.intern(item)
+        elif kind is not dict and kind is not list:
+            continue
+        elif type(before) is kind and before == item:
+            value[key] = before
+        elif kind is dict and depth > 1:
+            share_strings_with(item, before, depth - 1)
+        else:
+            share_strings(item)
+    return value
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 

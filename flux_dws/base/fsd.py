@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -57,6 +58,7 @@ def parse_fsd(value: object) -> float:
     return seconds
 
 
+@functools.lru_cache(maxsize=256)  # a few timeouts, formatted for every job's events
 def format_fsd(seconds: float) -> str:
     """The shortest exact FSD for ``seconds`` ("90s" -> "1.5m", 3600 -> "1h")."""
     if math.isinf(seconds):

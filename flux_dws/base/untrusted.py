@@ -274,6 +274,27 @@ def json_safe(
     outside int64 becomes None, so the record is kept with that figure unknown rather than lost
     to EPROTO.  Without it such an integer is left for the caller's own checks (a request the
     plugin acts on must not change meaning), and strings are not cut."""
+    kind = type(value)  # the exact JSON types first: no ABC checks for what json.loads makes
+    if kind is str:
+        if one_line or record:
+            if len(value) <= limit and value.isprintable():  # nothing to escape or cut
+                return value
+            return readable(value, limit, lines=not one_line)
+        return field(value)
+    if kind is dict:
+        one_key = one_line or record
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str or not (one_key and len(k) <= limit and k.isprintable()):
+                k = json_safe(_as_str(k), one_line=one_key, limit=limit)
+            if v is not None and v is not True and v is not False:
+                v = json_safe(v, one_line=one_line, record=record, limit=limit)
+            out[k] = v
+        return out
+    if kind is int:
+        return None if record and not INT64_MIN <= value <= INT64_MAX else value
+    if kind is bool or value is None:
+        return value
     if isinstance(value, str):
         if one_line or record:
             return readable(value, limit, lines=not one_line)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from flux_dws.base.frozen import SLOTS
 from flux_dws.base.fsd import format_fsd
 from flux_dws.core.health import Failures
 from flux_dws.core.request import DwRequest
@@ -64,7 +65,7 @@ class ProposalInfo:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **SLOTS)
 class JobView:
     """What Flux says about the job, and what flux-dws recorded on it earlier."""
 

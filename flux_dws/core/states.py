@@ -47,6 +47,8 @@ _BY_SPELLING: dict[str, State] = {
     **{s.value: s for s in STATE_ORDER},
     **{s.key: s for s in STATE_ORDER},
 }
+#: The State a spelling names, or None: State.parse without the error, for the watch's views.
+state_named = _BY_SPELLING.get
 
 
 class Status(str, Enum):

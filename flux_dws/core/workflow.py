@@ -13,19 +13,19 @@ exited or failed is read from the container directive's driver entries, or from 
 
 from __future__ import annotations
 
-import calendar
 import datetime
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from sys import intern
 from types import MappingProxyType
 from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
-from flux_dws.base.frozen import SLOTS
-from flux_dws.core.states import State, Status
+from flux_dws.base.frozen import SLOTS, share_strings
+from flux_dws.core.states import State, Status, state_named
 
 WORKFLOW_GROUP = "dataworkflowservices.github.io"
 WORKFLOW_KIND = "Workflow"
@@ -181,23 +181,36 @@ def parse_time(text: str | None) -> float | None:
         return None
     if not isinstance(text, str):
         raise DwsError(f"invalid timestamp {_show(text)}: expected an RFC 3339 string")
+    return _parse_time(text)
+
+
+def _parse_time(text: str) -> float:
     match = _RFC3339.match(text)
-    bad = f"invalid timestamp {_show(text)} (expected RFC 3339, e.g. 2026-03-01T12:00:00.123456Z)"
-    if not match:
-        raise DwsError(bad)
-    year, month, day, hour, minute, second = (int(g) for g in match.group(1, 2, 3, 4, 5, 6))
-    try:
-        datetime.datetime(year, month, day, hour, minute, second)
+    if match is None:
+        raise _bad_time(text)
+    year, month, day, hour, minute, second = map(int, match.group(1, 2, 3, 4, 5, 6))
+    try:  # datetime checks the date and the time of day (at C speed)
+        moment = datetime.datetime(year, month, day, hour, minute, second, tzinfo=_UTC)
     except ValueError:
-        raise DwsError(bad) from None
+        raise _bad_time(text) from None
     offset = 0
     if match.group(9):
         off_h, off_m = int(match.group(10)), int(match.group(11))
         if off_h > 23 or off_m > 59:
-            raise DwsError(bad)
+            raise _bad_time(text)
         offset = (off_h * 3600 + off_m * 60) * (-1 if match.group(9) == "-" else 1)
-    whole = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
+    whole = (moment - _EPOCH) // _SECOND - offset
     return whole + float("0" + (match.group(7) or ".0"))
+
+
+def _bad_time(text: str) -> DwsError:
+    example = "2026-03-01T12:00:00.123456Z"
+    return DwsError(f"invalid timestamp {_show(text)} (expected RFC 3339, e.g. {example})")
+
+
+_UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+_SECOND = datetime.timedelta(seconds=1)
 
 
 # --------------------------------------------------------------------------- the view
@@ -313,6 +326,36 @@ def kept(obj: Mapping[str, Any], parts: Mapping[str, tuple[str, ...]] = _KEPT) -
     return out
 
 
+def view_of(obj: dict[str, Any]) -> tuple[WorkflowView, dict[str, Any]]:
+    """The view of a Workflow object freshly decoded, and what is kept of it (:func:`kept`),
+    its strings shared first (base.frozen): one copy of each repeated text (namespace,
+    labels, directives) among the workflows held.  Raises as :func:`view_workflow`."""
+    raw = share_strings(kept(obj))
+    return view_workflow(obj), raw
+
+
+def read_from(view: WorkflowView | None, obj: Mapping[str, Any]) -> bool:
+    """Whether ``view`` was read from this very version of the workflow ``obj`` (same uid
+    and resourceVersion, which name one content), so reading ``obj`` again gives ``view``:
+    the watch's event for a version the service adopted from a response already.  A view
+    whose desiredState (or hurry) was set ahead of the watch (a patch in flight) was not."""
+    if view is None:
+        return False
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    if type(meta) is not dict or type(spec) is not dict:
+        return False
+    version = meta.get("resourceVersion")
+    return (
+        type(version) is str
+        and version != ""
+        and version == view.resource_version
+        and meta.get("uid") == view.uid
+        and type(spec.get("desiredState")) is str
+        and state_named(spec["desiredState"]) is view.desired_state
+        and (spec.get("hurry") is True) is view.hurry
+    )
+
+
 def _annotations(value: Any) -> dict[str, str]:
     """metadata.annotations, string to string only: flux-dws reads its own (the release
     mark, core.release) and ignores what others put there, so nothing in them makes the
@@ -322,7 +365,44 @@ def _annotations(value: Any) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def _text_or_none(value: Any) -> bool:
+    return value is None or type(value) is str
+
+
 def _driver(who: str, index: int, entry: Any) -> DriverStatus:
+    if type(entry) is dict:  # the common case, each field of its JSON type: checked inline
+        get = entry.get
+        driver_id, task_id, status = get("driverID"), get("taskID"), get("status")
+        message, error, watch = get("message"), get("error"), get("watchState")
+        dwd_index, completed, last_hb = get("dwdIndex"), get("completed"), get("lastHB")
+        watch_state = state_named(watch) if type(watch) is str else None
+        if (
+            type(dwd_index) is int
+            and (completed is None or type(completed) is bool)
+            and (last_hb is None or type(last_hb) is int)
+            and (watch is None or watch == "" or watch_state is not None)
+            and _text_or_none(driver_id)
+            and _text_or_none(task_id)
+            and _text_or_none(status)
+            and _text_or_none(message)
+            and _text_or_none(error)
+        ):
+            return DriverStatus(  # one copy of each text, as from the watch (base.frozen)
+                driver_id=intern(driver_id) if driver_id else "",
+                task_id=intern(task_id) if task_id else "",
+                dwd_index=dwd_index,
+                watch_state=watch_state,
+                completed=completed is True,
+                status=intern(status) if status else "",
+                message=intern(message) if message else "",
+                error=intern(error) if error else "",
+                last_hb=last_hb or 0,
+            )
+    return _driver_checked(who, index, entry)
+
+
+def _driver_checked(who: str, index: int, entry: Any) -> DriverStatus:
+    """:func:`_driver` field by field: the one-line error for a field of the wrong type."""
     path = f"status.drivers[{index}]"
     if not isinstance(entry, Mapping):
         raise DwsError(f"{who}: {path} must be a mapping, not {type(entry).__name__}")

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from flux_dws.base.untrusted import RECORD_LIMIT, json_safe, readable
+from flux_dws.base.untrusted import RECORD_LIMIT, field, json_safe, readable
 from flux_dws.flux.transport import Callback, Payload, RpcError, Transport
 
 log = logging.getLogger("flux-dws.flux.jobmanager")
@@ -34,11 +34,13 @@ class JobManager:
         self.transport = transport
         self.sent: dict[str, int] = {}
 
-    def _rpc(self, method: str, payload: Payload, on_done: Callback) -> None:
+    def _rpc(self, method: str, payload: Payload, on_done: Callback, *, safe: bool = False) -> None:
         """Send one request; nothing jansson refuses leaves here (flux_dws.base.untrusted), so a
-        NUL in a DWS message can never make the plugin refuse the request."""
+        NUL in a DWS message can never make the plugin refuse the request.  ``safe``: the
+        payload's parts from outside went through json_safe already (and its own strings
+        through field), so it is not copied again."""
         self.sent[method] = self.sent.get(method, 0) + 1
-        self.transport.rpc(method, json_safe(payload), on_done)
+        self.transport.rpc(method, payload if safe else json_safe(payload), on_done)
 
     def watch(
         self,
@@ -104,13 +106,14 @@ class JobManager:
         RECORD_LIMIT long, and a figure jansson cannot hold is posted as unknown (the event is
         not lost)."""
         context = json_safe(dict(context), one_line=True, record=True)
-        self._rpc("post", {"id": jobid, "name": name, "context": context}, on_done)
+        payload = {"id": jobid, "name": field(name), "context": context}
+        self._rpc("post", payload, on_done, safe=True)
 
     def memo(self, jobid: int, memo: Mapping[str, Any], on_done: Callback) -> None:
         """Set user annotations on the job (``flux jobs -o '{user.KEY}'``): as an event's
         context, each string readable, one line and at most RECORD_LIMIT long."""
         memo = json_safe(dict(memo), one_line=True, record=True)
-        self._rpc("memo", {"id": jobid, "memo": memo}, on_done)
+        self._rpc("memo", {"id": jobid, "memo": memo}, on_done, safe=True)
 
     def storage_held(self, on_done: Callback) -> None:
         """Tell the plugin the ssd parts of jobs released early are held again in Fluxion, so
@@ -120,7 +123,7 @@ class JobManager:
     def persistent(self, snapshot: Mapping[str, Any], on_done: Callback) -> None:
         """Give the plugin the persistent storage it checks persistentdw against at submit
         (flux_dws.core.persistent.pushed_snapshot; it replaces the last one)."""
-        self._rpc("persistent", json_safe(dict(snapshot), record=True), on_done)
+        self._rpc("persistent", json_safe(dict(snapshot), record=True), on_done, safe=True)
 
     def save(
         self,
@@ -135,4 +138,4 @@ class JobManager:
         each string readable (newlines kept) and at most ``limit`` long (a saved container
         log passes the bound that keeps it whole: SavedOutput.text_limit)."""
         value = json_safe(dict(value), record=True, limit=limit)  # a bad figure: unknown
-        self._rpc("save", {"id": jobid, "key": key, "value": value}, on_done)
+        self._rpc("save", {"id": jobid, "key": field(key), "value": value}, on_done, safe=True)

@@ -64,6 +64,12 @@ def slim(obj: dict) -> dict:
     return obj
 
 
+def shared_identity(obj: dict) -> dict:
+    """What a workflow watch keeps of a workflow (core.workflow.kept_identity), its strings
+    shared: one copy of each for as long as the workflow is there."""
+    return share_strings(kept_identity(obj))
+
+
 def _number(rv: str) -> int | None:
     return untrusted.decimal(rv)
 
@@ -162,9 +168,12 @@ def stream_lines(resp: Any) -> Iterator[bytes]:
             if buffer.strip():
                 yield buffer
             return
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
+        if b"\n" not in chunk:
+            buffer += chunk
+            continue
+        lines = (buffer + chunk).split(b"\n")  # one split: not one copy of the rest per line
+        buffer = lines.pop()
+        for line in lines:
             if line.strip():
                 yield line
 
@@ -193,6 +202,8 @@ class ResourceWatch:
     keep: Callable[[dict], dict] | None = None
     #: what is delivered of each object (and kept): the fields its receiver reads
     trim: Callable[[dict], dict] = staticmethod(lambda obj: obj)
+    #: each event's object with its strings shared (base.frozen), for those held whole
+    share: Callable[[dict], dict] = staticmethod(share_strings)
 
     def __init__(
         self,
@@ -367,7 +378,7 @@ class ResourceWatch:
                     )
                 rv = version_of(obj)
                 if kind != "BOOKMARK":
-                    obj = self.trim(share_strings(obj))
+                    obj = self.trim(self.share(obj))
                     for delivery in self._delivered.watch_event(kind, obj):
                         self._deliver(*delivery)
                 if rv:
@@ -429,7 +440,10 @@ class WorkflowWatch(ResourceWatch):
 
     kind = "workflow"
     target = "workflows in namespace"
-    keep = staticmethod(kept_identity)  # the service keeps its own (WorkflowView, kept)
+    keep = staticmethod(shared_identity)  # the service keeps its own (WorkflowView, kept)
+    # most events are for a version the service read from a response already and are
+    # dropped: it shares the strings of what it keeps (Service._on_workflow_event)
+    share = staticmethod(lambda obj: obj)
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
         return client.list_workflows, client.open_workflow_watch

@@ -25,7 +25,7 @@ from flux_dws.core.messages import failure_note
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
 from flux_dws.core.storage import ComputeLayout, StorageError, compute_layout
-from flux_dws.core.workflow import kept, view_workflow
+from flux_dws.core.workflow import view_of
 from flux_dws.flux.jobmanager import SETTLED_ERRNOS, JobManager
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s import KubeClient, KubeError, KubeWorker
@@ -353,7 +353,7 @@ class ActionExecutor:
             ):
                 return None  # another workflow, or not newer than what we know
             try:
-                tracked.workflow, tracked.raw = view_workflow(obj), kept(obj)
+                tracked.workflow, tracked.raw = view_of(obj)
             except ValueError:
                 return None
             tracked.dirty = True

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from flux_dws.base import untrusted
+from flux_dws.base.frozen import share_strings_with
 from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import name_of
@@ -36,7 +37,7 @@ from flux_dws.core.reconcile import may_decide, startup_order, waits_for_list
 from flux_dws.core.release import held_parts
 from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
-from flux_dws.core.workflow import kept, view_workflow
+from flux_dws.core.workflow import read_from, view_of
 from flux_dws.flux.jobmanager import JobManager
 from flux_dws.flux.records import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
@@ -241,7 +242,9 @@ class Service:
             tracked = self._tracked(int(record["id"]))
             if record.get("phase") == "gone":
                 tracked.record = None
-            else:  # a record sent before the plugin saw our posts must not undo them
+            else:
+                share_strings_with(record, tracked.record)  # held: one copy of each text
+                # a record sent before the plugin saw our posts must not undo them
                 dws = {**(record.get("dws") or {}), **tracked.posting}
                 tracked.record = {**record, "dws": dws} if tracked.posting else record
             tracked.observed = seen
@@ -312,12 +315,14 @@ class Service:
             and version_number(meta.get("resourceVersion")) < version_number(known.resource_version)
         ):  # older than a version adopted from a response (the watch lags): it would undo it
             return
-        tracked.unreadable = ""
         if kind == "DELETED":
-            tracked.workflow, tracked.raw = None, None
+            tracked.workflow, tracked.raw, tracked.unreadable = None, None, ""
+        elif not tracked.unreadable and read_from(known, obj):
+            pass  # the version a response gave already (executor.adopt): the view stands
         else:
+            tracked.unreadable = ""
             try:
-                tracked.workflow, tracked.raw = view_workflow(obj), kept(obj)
+                tracked.workflow, tracked.raw = view_of(obj)
             except ValueError as exc:  # never "gone": the job is held until it can be read
                 tracked.unreadable, tracked.raw = str(exc), obj
         tracked.observed = seen
