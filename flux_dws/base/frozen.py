@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """Compact shapes for what the service holds per job: FrozenMap (a read-only, hashable
-mapping for the fields of frozen dataclasses), SLOTS, and share_strings."""
+mapping for the fields of frozen dataclasses), SLOTS, share_strings, and Shared (one copy
+of values many jobs hold alike)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,59 @@ def share_strings(value: Any) -> Any:
                 elif kind is dict or kind is list:
                     stack.append(item)
     return value
+
+
+T = TypeVar("T")
+
+
+class Shared:
+    """One copy of each value many jobs hold alike, instead of one per job (bench_reconcile:
+    the workflows' driver entries, the jobs' requests and the like parts of their records).
+
+    ``shared(value)``: an equal value seen before, or ``value`` itself, kept for the next
+    caller.  For immutable values (frozen dataclasses, tuples of them); equality is the
+    type's, so ``1`` and ``1.0`` are one value: keep such values apart in what the type
+    compares.  :meth:`json`: the same for decoded JSON (dicts and lists, which are only
+    read once shared: nothing may change one in place), by ``repr``, which tells ``1``,
+    ``1.0`` and ``True`` apart.  At most ``limit`` values are kept: past that, the next one
+    starts afresh, so values no job holds any more are not kept for long.
+    """
+
+    __slots__ = ("_values", "_limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._values: dict[Any, Any] = {}
+        self._limit = limit
+
+    def __call__(self, value: T) -> T:
+        values = self._values
+        found = values.get(value)
+        if found is not None:
+            return found
+        if len(values) >= self._limit:
+            values.clear()
+        values[value] = value
+        return value
+
+    def json(self, value: T) -> T:
+        """``value`` (a dict or list from JSON), or an equal one given here before."""
+        if not value:  # one empty dict and one empty list for all
+            kind = type(value)
+            empty = _EMPTY_DICT if kind is dict else _EMPTY_LIST if kind is list else value
+            return empty  # type: ignore[return-value]
+        key = (type(value), repr(value))
+        values = self._values
+        found = values.get(key)
+        if found is not None:
+            return found
+        if len(values) >= self._limit:
+            values.clear()
+        values[key] = value
+        return value
+
+
+_EMPTY_DICT: dict[Any, Any] = {}
+_EMPTY_LIST: list[Any] = []
 
 
 K = TypeVar("K")

@@ -13,12 +13,50 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
+from flux_dws.base.frozen import Shared
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.core.policy import Policy
 from flux_dws.core.request import DwRequest, request_from_attributes
 from flux_dws.core.states import State
 from flux_dws.core.workflow import ContainerState
+
+#: Parts of a record that jobs of one shape hold alike: one copy between them
+#: (share_alike).  Hosts, rabbits and ssd paths differ from one allocated job to the next:
+#: only their empty values are shared.
+_ALIKE = ("attributes", "resources")
+_EMPTY_ALIKE = ("hosts", "rabbits", "ssd")
+_SHARED = Shared()
+
+
+def share_alike(records: list[Any]) -> list[Any]:
+    """``records`` (freshly decoded, not yet held), their parts equal to another record's
+    replaced in place by one copy (the jobspec's resources and attributes, the timeouts
+    and storage each dws-* event records, empty lists and tables); returns them.
+
+    Held records are only read once shared: they are replaced, never changed in place
+    (flux_dws.service.executor).  Saves about a kilobyte per held job (bench_reconcile)."""
+    shared = _SHARED.json
+    for record in records:
+        if type(record) is not dict:
+            continue
+        for key in _ALIKE:
+            value = record.get(key)
+            if type(value) is dict or type(value) is list:
+                record[key] = shared(value)
+        for key in _EMPTY_ALIKE:
+            value = record.get(key)
+            if not value and (type(value) is dict or type(value) is list):
+                record[key] = shared(value)
+        dws = record.get("dws")
+        for context in dws.values() if type(dws) is dict else ():
+            if type(context) is not dict:
+                continue
+            for key, value in context.items():  # tables alike (timeouts, storage); lists
+                kind = type(value)  # (needs, nodes) differ but when empty
+                if kind is dict or (kind is list and not value):
+                    context[key] = shared(value)
+    return records
 
 
 def parse_request(

@@ -25,6 +25,7 @@ from flux_dws.base.fsd import format_fsd
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.core.policy import Policy
 from flux_dws.flux.jobmanager import JobManager
+from flux_dws.flux.records import share_alike
 from flux_dws.flux.transport import RpcError
 
 log = logging.getLogger("flux-dws")
@@ -144,6 +145,7 @@ class Presence:
             )
             self.role = "active"
         share_strings(records)  # held while the job is: one copy of each repeated text
+        share_alike(records)  # and of each part jobs hold alike
         self._handle_records(records, snapshot)
 
     def _on_standby_waiting(self, standby: dict[str, Any]) -> None:
