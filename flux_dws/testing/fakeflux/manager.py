@@ -455,15 +455,21 @@ class FakeFlux:
     def _schedule(self) -> None:
         """The scheduler: allocate waiting jobs in submit order, each one that fits now."""
         self._sched_pending = False
+        # The free hosts not drained: found when a job may take them, not for every job and
+        # host (at El Capitan's size that held this process's GIL for seconds, bench_elcap).
+        usable: list[str] | None = None
         for _, job in sorted(self._jobs.items()):
-            usable = [
-                h for h in self.hosts if h in self._free and h not in self.drains.drained_hosts()
-            ]
-            if job.state != "SCHED" or not job.alloc_queued or job.nnodes > len(usable):
+            if job.state != "SCHED" or not job.alloc_queued:
+                continue
+            if usable is None:
+                drained = self.drains.drained_hosts()
+                usable = [h for h in self.hosts if h in self._free and h not in drained]
+            if job.nnodes > len(usable):
                 continue
             job.hosts = usable[: job.nnodes]
             self._free.difference_update(job.hosts)
             job.alloc_queued = False
+            usable = None  # the alloc event may change what is free or drained
             self._post(job, "alloc", {})
 
     def _start_tasks(self, job: Job) -> None:
