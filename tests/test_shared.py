@@ -5,12 +5,10 @@ memory per workflow)."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 from flux_dws.base.frozen import Shared
 from flux_dws.core.policy import Policy
-from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
 from flux_dws.core.workflow import view_workflow
 from flux_dws.flux.records import job_view, parse_request, share_alike
@@ -81,11 +79,14 @@ def test_records_share_their_alike_parts_and_read_the_same() -> None:
     assert again == views
 
 
-def test_alike_requests_are_one() -> None:
-    system = {"dw": "#DW jobdw type=xfs capacity=10GiB name=scratch"}
-    one = request_from_attributes(system, Policy(), userid=1001, owner_uid=0)
-    two = request_from_attributes(copy.deepcopy(system), Policy(), userid=1001, owner_uid=0)
-    assert one is not None and one is two
+def test_records_sharing_their_attributes_share_one_request() -> None:
+    policy = Policy()
+    first, second, third = share_alike([record(1, []), record(2, []), record(3, [])])
+    third["userid"] = 1002  # another user's job: parsed for that user
+    one, two, other = (parse_request(r, policy, owner_uid=0) for r in (first, second, third))
+    assert one[0] is not None and one is two and other is not one and other == one
+    alone = record(4, [])  # not shared: parsed on its own, alike all the same
+    assert parse_request(alone, policy, owner_uid=0) == one
 
 
 def test_alike_workflows_share_their_driver_entries_and_directives() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DirectiveError, RequestError
-from flux_dws.base.frozen import SLOTS, FrozenMap, Shared
+from flux_dws.base.frozen import SLOTS, FrozenMap
 from flux_dws.base.fsd import format_fsd, parse_fsd
 from flux_dws.core.directives import Directive, parse_directives
 from flux_dws.core.jobspec import (
@@ -51,9 +51,6 @@ PERSISTENT_COMMANDS = frozenset({"create_persistent", "destroy_persistent"})
 #: such a job's resources are rewritten at release, so they must be a shape the rewrite takes.
 STORAGE_COMMANDS = frozenset({"jobdw", "create_persistent"})
 
-
-#: One copy of each request jobs make alike (request_from_attributes).
-_SHARED = Shared()
 
 
 @dataclass(frozen=True, **SLOTS)
@@ -170,8 +167,7 @@ def request_from_attributes(
     timeouts = {key: user.get(key, policy.timeout(key).default) for key in TIMEOUT_KEYS}
     tolerance = _tolerance(system.get(TOLERANCE_ATTR, 0), policy)
     release = _release(system.get(RELEASE_ATTR, policy.release_nodes), policy)
-    # Jobs asking alike hold one request between them (bench_reconcile).
-    return _SHARED(DwRequest(directives, timeouts, user, preset, tolerance, release))
+    return DwRequest(directives, timeouts, user, preset, tolerance, release)
 
 
 def validate_attributes(

@@ -26,7 +26,11 @@ from flux_dws.core.workflow import ContainerState
 #: only their empty values are shared.
 _ALIKE = ("attributes", "resources")
 _EMPTY_ALIKE = ("hosts", "rabbits", "ssd")
-_SHARED = Shared()
+_SHARED_LIMIT = 4096
+_SHARED = Shared(_SHARED_LIMIT)
+#: parse_request's answers: (id(attributes), id(policy), userid, owner_uid) ->
+#: (attributes, policy, answer).
+_REQUESTS: dict[tuple[int, int, int, int], tuple[Any, Policy, Any]] = {}
 
 
 def share_alike(records: list[Any]) -> list[Any]:
@@ -63,17 +67,26 @@ def parse_request(
     record: Mapping[str, Any], policy: Policy, *, owner_uid: int
 ) -> tuple[DwRequest | None, str]:
     """The job's validated request, or None and why not (a job's attributes never change,
-    so callers parse once per job)."""
+    so callers parse once per job).
+
+    Jobs whose records share their attributes (share_alike) share one answer, parsed once:
+    found by the attributes' identity, the cache holding them so that it cannot be reused."""
+    attributes = record.get("attributes") or {}
+    userid = int(record["userid"])
+    key = (id(attributes), id(policy), userid, owner_uid)
+    found = _REQUESTS.get(key)
+    if found is not None and found[0] is attributes and found[1] is policy:
+        return found[2]
     try:
-        request = request_from_attributes(
-            record.get("attributes") or {},
-            policy,
-            userid=int(record["userid"]),
-            owner_uid=owner_uid,
-        )
+        request = request_from_attributes(attributes, policy, userid=userid, owner_uid=owner_uid)
     except RequestError as exc:
-        return None, str(exc)
-    return request, "" if request else "the job has no system.dw attribute"
+        parsed: tuple[DwRequest | None, str] = (None, str(exc))
+    else:
+        parsed = (request, "" if request else "the job has no system.dw attribute")
+    if len(_REQUESTS) >= _SHARED_LIMIT:
+        _REQUESTS.clear()
+    _REQUESTS[key] = (attributes, policy, parsed)
+    return parsed
 
 
 def job_view(
