@@ -48,13 +48,13 @@ T = TypeVar("T")
 
 class Shared:
     """One copy of each value many jobs hold alike, instead of one per job (bench_reconcile:
-    the workflows' driver entries, the jobs' requests and the like parts of their records).
+    the workflows' driver entries and directives, the like parts of the jobs' records).
 
     ``shared(value)``: an equal value seen before, or ``value`` itself, kept for the next
     caller.  For immutable values (frozen dataclasses, tuples of them); equality is the
     type's, so ``1`` and ``1.0`` are one value: keep such values apart in what the type
     compares.  :meth:`json`: the same for decoded JSON (dicts and lists, which are only
-    read once shared: nothing may change one in place), by ``repr``, which tells ``1``,
+    read once shared: nothing may change one in place), by their text, which tells ``1``,
     ``1.0`` and ``True`` apart.  At most ``limit`` values are kept: past that, the next one
     starts afresh, so values no job holds any more are not kept for long.
     """
@@ -81,11 +81,14 @@ class Shared:
             kind = type(value)
             empty = _EMPTY_DICT if kind is dict else _EMPTY_LIST if kind is list else value
             return empty  # type: ignore[return-value]
-        key = (type(value), repr(value))
+        # Found by the hash of its text, not the text (which would double what a value no
+        # one else holds costs), and checked by equality: texts that differ yet collide
+        # and compare equal would be 1 against 1.0 or True, and 2**-64 unlikely.
+        key = (type(value), hash(repr(value)))
         values = self._values
         found = values.get(key)
         if found is not None:
-            return found
+            return found if found == value else value
         if len(values) >= self._limit:
             values.clear()
         values[key] = value
