@@ -910,6 +910,7 @@ def test_a_scheduling_pass_looks_at_the_drains_once_not_per_job_and_host(clock: 
         ff.drains.drained_hosts = drained_hosts  # type: ignore[method-assign]
         ff.loop.run_sync(ff._schedule)
         assert looked == [] and all(ff.info(j).state == "DEPEND" for j in held)
+        assert ff._queued == set()  # a pass goes over the jobs waiting for it, no others
         ff.drain("compute-01", "bad")
         plain = ff.submit({}, runtime=None)
         ff.wait_event(plain, "alloc", TIMEOUT)

@@ -94,6 +94,7 @@ class FakeFlux:
         self.loop = Loop(clock, name="fakeflux")
         self._jobs: dict[int, Job] = {}
         self._free: set[str] = set(self.hosts)
+        self._queued: set[int] = set()  # jobs waiting for the scheduler (alloc_queued)
         self.drains = DrainSet(self.hosts, clock)  # the resource module's drained nodes
         # what a Fluxion would hold across service restarts: hosts with the badrabbit property
         self.badrabbit: set[str] = set()
@@ -433,6 +434,7 @@ class FakeFlux:
             self._post(job, "priority", {"priority": DEFAULT_URGENCY})
         elif job.state == "SCHED" and not job.alloc_queued:
             job.alloc_queued = True
+            self._queued.add(job.id)
             self._request_schedule()
         elif job.state == "RUN" and not (job.started or job.start_pending or job.prologs):
             self._start_tasks(job)
@@ -458,8 +460,10 @@ class FakeFlux:
         # The free hosts not drained: found when a job may take them, not for every job and
         # host (at El Capitan's size that held this process's GIL for seconds, bench_elcap).
         usable: list[str] | None = None
-        for _, job in sorted(self._jobs.items()):
-            if job.state != "SCHED" or not job.alloc_queued:
+        for jobid in sorted(self._queued):  # not every job: thousands wait in DEPEND
+            job = self._jobs.get(jobid)
+            if job is None or job.state != "SCHED" or not job.alloc_queued:
+                self._queued.discard(jobid)
                 continue
             if usable is None:
                 drained = self.drains.drained_hosts()
@@ -469,6 +473,7 @@ class FakeFlux:
             job.hosts = usable[: job.nnodes]
             self._free.difference_update(job.hosts)
             job.alloc_queued = False
+            self._queued.discard(jobid)
             usable = None  # the alloc event may change what is free or drained
             self._post(job, "alloc", {})
 
