@@ -6,6 +6,7 @@ memory per workflow)."""
 from __future__ import annotations
 
 import json
+import sys
 
 from flux_dws.base.frozen import Shared
 from flux_dws.core.policy import Policy
@@ -73,6 +74,8 @@ def test_records_share_their_alike_parts_and_read_the_same() -> None:
     assert one["dws-proposal"]["storage"] is two["dws-proposal"]["storage"]
     assert first["hosts"] == [] and second["hosts"] == ["node1"]  # the rest is each job's own
     assert one["dws-proposal"]["needs"] == [1] and two["dws-proposal"]["needs"] == [2]
+    assert one["dws-state"]["state"] is two["dws-state"]["state"]  # and every text, once
+    assert second["hosts"][0] is sys.intern("node1") and first["phase"] is sys.intern("depend")
     again = [
         job_view(r, parse_request(r, policy, owner_uid=0), groupid=-1) for r in (first, second)
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 #: ``@dataclass(**SLOTS)``: instances without a ``__dict__`` where Python has slotted
 #: dataclasses (3.10 on), for the records the service holds per job (bench_reconcile).
@@ -75,8 +75,9 @@ class Shared:
         values[value] = value
         return value
 
-    def json(self, value: T) -> T:
-        """``value`` (a dict or list from JSON), or an equal one given here before."""
+    def json(self, value: T, first: Callable[[T], Any] | None = None) -> T:
+        """``value`` (a dict or list from JSON), or an equal one given here before;
+        ``first(value)`` is called when there is none, before ``value`` is kept."""
         if not value:  # one empty dict and one empty list for all
             kind = type(value)
             empty = _EMPTY_DICT if kind is dict else _EMPTY_LIST if kind is list else value
@@ -89,6 +90,8 @@ class Shared:
         found = values.get(key)
         if found is not None:
             return found if found == value else value
+        if first is not None:
+            first(value)
         if len(values) >= self._limit:
             values.clear()
         values[key] = value

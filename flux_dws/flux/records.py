@@ -8,12 +8,13 @@ context of each dws-* event), so a restarted service sees the same JobView as be
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
-from flux_dws.base.frozen import Shared
+from flux_dws.base.frozen import Shared, share_strings
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.core.policy import Policy
@@ -22,10 +23,8 @@ from flux_dws.core.states import State
 from flux_dws.core.workflow import ContainerState
 
 #: Parts of a record that jobs of one shape hold alike: one copy between them
-#: (share_alike).  Hosts, rabbits and ssd paths differ from one allocated job to the next:
-#: only their empty values are shared.
+#: (share_alike).  Of the others, only empty lists and tables are shared.
 _ALIKE = ("attributes", "resources")
-_EMPTY_ALIKE = ("hosts", "rabbits", "ssd")
 _SHARED_LIMIT = 4096
 _SHARED = Shared(_SHARED_LIMIT)
 #: parse_request's answers: (id(attributes), id(policy), userid, owner_uid) ->
@@ -34,33 +33,52 @@ _REQUESTS: dict[tuple[int, int, int, int], tuple[Any, Policy, Any]] = {}
 
 
 def share_alike(records: list[Any]) -> list[Any]:
-    """``records`` (freshly decoded, not yet held), their parts equal to another record's
-    replaced in place by one copy (the jobspec's resources and attributes, the timeouts
-    and storage each dws-* event records, empty lists and tables); returns them.
+    """``records`` (freshly decoded, not yet held) made to hold one copy of what they hold
+    alike, in place: the text of each string (base.frozen.share_strings), and each part
+    equal to another record's (the jobspec's resources and attributes, the tables the dws-*
+    events record, timeouts and storage, and empty lists and tables); returns them.
 
-    Held records are only read once shared: they are replaced, never changed in place
+    A part found shared is not walked again: its strings are shared already.  Held records
+    are only read once shared: they are replaced, never changed in place
     (flux_dws.service.executor).  Saves about a kilobyte per held job (bench_reconcile)."""
-    shared = _SHARED.json
+    shared, intern = _SHARED.json, sys.intern
     for record in records:
         if type(record) is not dict:
+            share_strings(record)
             continue
-        for key in _ALIKE:
-            value = record.get(key)
-            if type(value) is dict or type(value) is list:
-                record[key] = shared(value)
-        for key in _EMPTY_ALIKE:
-            value = record.get(key)
-            if not value and (type(value) is dict or type(value) is list):
-                record[key] = shared(value)
-        dws = record.get("dws")
-        for context in dws.values() if type(dws) is dict else ():
-            if type(context) is not dict:
+        for key, value in record.items():
+            kind = type(value)
+            if kind is str:
+                record[key] = intern(value)
+            elif kind is not dict and kind is not list:
                 continue
-            for key, value in context.items():  # tables alike (timeouts, storage); lists
-                kind = type(value)  # (needs, nodes) differ but when empty
-                if kind is dict or (kind is list and not value):
-                    context[key] = shared(value)
+            elif key == "dws" and kind is dict:
+                _share_events(value)
+            elif key in _ALIKE or not value:
+                record[key] = shared(value, share_strings)
+            else:  # hosts, rabbits and ssd paths differ from one allocated job to the next
+                share_strings(value)
     return records
+
+
+def _share_events(dws: dict[str, Any]) -> None:
+    """share_alike for the record's ``dws`` table: each event's context."""
+    shared, intern = _SHARED.json, sys.intern
+    for name, context in dws.items():
+        kind = type(context)
+        if kind is str:
+            dws[name] = intern(context)
+        elif kind is list:
+            share_strings(context)
+        elif kind is dict:
+            for key, value in context.items():
+                kind = type(value)
+                if kind is str:
+                    context[key] = intern(value)
+                elif kind is dict or (kind is list and not value):  # tables alike
+                    context[key] = shared(value, share_strings)
+                elif kind is list:  # needs, nodes: each job's own
+                    share_strings(value)
 
 
 def parse_request(

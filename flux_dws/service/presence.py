@@ -20,7 +20,6 @@ from collections import deque
 from typing import Any, Callable
 
 from flux_dws.base import untrusted
-from flux_dws.base.frozen import share_strings
 from flux_dws.base.fsd import format_fsd
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.core.policy import Policy
@@ -144,8 +143,7 @@ class Presence:
                 f", taking over from {self.peer}" if self.role == "standby" else "",
             )
             self.role = "active"
-        share_strings(records)  # held while the job is: one copy of each repeated text
-        share_alike(records)  # and of each part jobs hold alike
+        share_alike(records)  # held while the job is: one copy of each text and part alike
         self._handle_records(records, snapshot)
 
     def _on_standby_waiting(self, standby: dict[str, Any]) -> None:
