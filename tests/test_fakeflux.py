@@ -891,3 +891,27 @@ def test_jobs_already_waiting_are_told_when_the_service_goes(ff: FakeFlux) -> No
     service.close()  # the service dies with the job in DEPEND
     ff.wait_event(jobid, "dws-waiting", timeout=TIMEOUT)
     assert ff.info(jobid).event_names().count("dws-waiting") == 1
+
+
+def test_a_scheduling_pass_looks_at_the_drains_once_not_per_job_and_host(clock: FakeClock) -> None:
+    """bench_elcap: with 11,520 hosts and 2,000 held jobs in this process, a pass that read
+    the drained hosts for every job and every free host held the GIL for seconds, and the
+    service's start-up reconcile with it."""
+    hosts = [f"compute-{i:02d}" for i in range(1, 9)]
+    with FakeFlux(hosts, clock=clock) as ff:
+        held = [ff.submit(DW, runtime=None) for _ in range(5)]  # in DEPEND: never scheduled
+        looked = []
+        real = ff.drains.drained_hosts
+
+        def drained_hosts() -> set[str]:
+            looked.append(1)
+            return real()
+
+        ff.drains.drained_hosts = drained_hosts  # type: ignore[method-assign]
+        ff.loop.run_sync(ff._schedule)
+        assert looked == [] and all(ff.info(j).state == "DEPEND" for j in held)
+        assert ff._queued == set()  # a pass goes over the jobs waiting for it, no others
+        ff.drain("compute-01", "bad")
+        plain = ff.submit({}, runtime=None)
+        ff.wait_event(plain, "alloc", TIMEOUT)
+        assert len(looked) <= 2 and ff.info(plain).hosts == ["compute-02"]

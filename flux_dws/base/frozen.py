@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """Compact shapes for what the service holds per job: FrozenMap (a read-only, hashable
-mapping for the fields of frozen dataclasses), SLOTS, and share_strings."""
+mapping for the fields of frozen dataclasses), SLOTS, share_strings, and Shared (one copy
+of values many jobs hold alike)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 #: ``@dataclass(**SLOTS)``: instances without a ``__dict__`` where Python has slotted
 #: dataclasses (3.10 on), for the records the service holds per job (bench_reconcile).
@@ -67,6 +68,65 @@ def share_strings_with(value: dict[str, Any], old: Any, depth: int = 2) -> dict[
         else:
             share_strings(item)
     return value
+
+
+T = TypeVar("T")
+
+
+class Shared:
+    """One copy of each value many jobs hold alike, instead of one per job (bench_reconcile:
+    the workflows' driver entries and directives, the like parts of the jobs' records).
+
+    ``shared(value)``: an equal value seen before, or ``value`` itself, kept for the next
+    caller.  For immutable values (frozen dataclasses, tuples of them); equality is the
+    type's, so ``1`` and ``1.0`` are one value: keep such values apart in what the type
+    compares.  :meth:`json`: the same for decoded JSON (dicts and lists, which are only
+    read once shared: nothing may change one in place), by their text, which tells ``1``,
+    ``1.0`` and ``True`` apart.  At most ``limit`` values are kept: past that, the next one
+    starts afresh, so values no job holds any more are not kept for long.
+    """
+
+    __slots__ = ("_values", "_limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._values: dict[Any, Any] = {}
+        self._limit = limit
+
+    def __call__(self, value: T) -> T:
+        values = self._values
+        found = values.get(value)
+        if found is not None:
+            return found
+        if len(values) >= self._limit:
+            values.clear()
+        values[value] = value
+        return value
+
+    def json(self, value: T, first: Callable[[T], Any] | None = None) -> T:
+        """``value`` (a dict or list from JSON), or an equal one given here before;
+        ``first(value)`` is called when there is none, before ``value`` is kept."""
+        if not value:  # one empty dict and one empty list for all
+            kind = type(value)
+            empty = _EMPTY_DICT if kind is dict else _EMPTY_LIST if kind is list else value
+            return empty  # type: ignore[return-value]
+        # Found by the hash of its text, not the text (which would double what a value no
+        # one else holds costs), and checked by equality: texts that differ yet collide
+        # and compare equal would be 1 against 1.0 or True, and 2**-64 unlikely.
+        key = (type(value), hash(repr(value)))
+        values = self._values
+        found = values.get(key)
+        if found is not None:
+            return found if found == value else value
+        if first is not None:
+            first(value)
+        if len(values) >= self._limit:
+            values.clear()
+        values[key] = value
+        return value
+
+
+_EMPTY_DICT: dict[Any, Any] = {}
+_EMPTY_LIST: list[Any] = []
 
 
 K = TypeVar("K")

@@ -24,7 +24,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
-from flux_dws.base.frozen import SLOTS, share_strings
+from flux_dws.base.frozen import SLOTS, Shared, share_strings
 from flux_dws.core.states import State, Status, state_named
 
 WORKFLOW_GROUP = "dataworkflowservices.github.io"
@@ -40,6 +40,9 @@ _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:([Zz])|([+-])(\d{2}):(\d{2}))$"
 )
 _DRIVER_ERROR = "Error"
+#: What workflows hold alike, held once (view_workflow).
+_SHARED = Shared()
+_NO_ANNOTATIONS: Mapping[str, str] = MappingProxyType({})
 
 
 class ContainerState(str, Enum):
@@ -247,7 +250,11 @@ def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
     state = status.enum("state", State.parse)
     wf_status = status.enum("status", Status)
     message = status.string("message")
-    drivers = tuple(_driver(who, i, d) for i, d in enumerate(status.sequence("drivers")))
+    # Most workflows' driver entries, directives and finalizers are alike: one copy of each.
+    drivers = _SHARED(
+        tuple(_SHARED(_driver(who, i, d)) for i, d in enumerate(status.sequence("drivers")))
+    )
+    annotations = _annotations(meta.raw("annotations"))
     return WorkflowView(
         name=name,
         namespace=namespace,
@@ -261,20 +268,22 @@ def view_workflow(obj: Mapping[str, Any]) -> WorkflowView:
         message=message,
         drivers=drivers,
         env=MappingProxyType(status.string_map("env")),
-        directives=directives,
+        directives=_SHARED(directives),
         hurry=spec.boolean("hurry"),
         desired_state_change=status.time("desiredStateChange"),
         ready_change=status.time("readyChange"),
         elapsed_time_last_state=status.string("elapsedTimeLastState"),
         token_secret=_token_secret(status),
         deleting=bool(meta.string("deletionTimestamp")),
-        finalizers=meta.strings("finalizers"),
+        finalizers=_SHARED(meta.strings("finalizers")),
         labels=MappingProxyType(meta.string_map("labels")),
-        container=container_outcome(
-            directives, drivers, state, wf_status, message, status.raw("containers")
+        container=_SHARED(
+            container_outcome(
+                directives, drivers, state, wf_status, message, status.raw("containers")
+            )
         ),
-        requires=status.strings("requires"),
-        annotations=MappingProxyType(_annotations(meta.raw("annotations"))),
+        requires=_SHARED(status.strings("requires")),
+        annotations=MappingProxyType(annotations) if annotations else _NO_ANNOTATIONS,
     )
 
 

@@ -8,11 +8,13 @@ context of each dws-* event), so a restarted service sees the same JobView as be
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
+from flux_dws.base.frozen import Shared, share_strings
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.core.policy import Policy
@@ -20,22 +22,89 @@ from flux_dws.core.request import DwRequest, request_from_attributes
 from flux_dws.core.states import State
 from flux_dws.core.workflow import ContainerState
 
+#: Parts of a record that jobs of one shape hold alike: one copy between them
+#: (share_alike).  Of the others, only empty lists and tables are shared.
+_ALIKE = ("attributes", "resources")
+_SHARED_LIMIT = 4096
+_SHARED = Shared(_SHARED_LIMIT)
+#: parse_request's answers: (id(attributes), id(policy), userid, owner_uid) ->
+#: (attributes, policy, answer).
+_REQUESTS: dict[tuple[int, int, int, int], tuple[Any, Policy, Any]] = {}
+
+
+def share_alike(records: list[Any]) -> list[Any]:
+    """``records`` (freshly decoded, not yet held) made to hold one copy of what they hold
+    alike, in place: the text of each string (base.frozen.share_strings), and each part
+    equal to another record's (the jobspec's resources and attributes, the tables the dws-*
+    events record, timeouts and storage, and empty lists and tables); returns them.
+
+    A part found shared is not walked again: its strings are shared already.  Held records
+    are only read once shared: they are replaced, never changed in place
+    (flux_dws.service.executor).  Saves about a kilobyte per held job (bench_reconcile)."""
+    shared, intern = _SHARED.json, sys.intern
+    for record in records:
+        if type(record) is not dict:
+            share_strings(record)
+            continue
+        for key, value in record.items():
+            kind = type(value)
+            if kind is str:
+                record[key] = intern(value)
+            elif kind is not dict and kind is not list:
+                continue
+            elif key == "dws" and kind is dict:
+                _share_events(value)
+            elif key in _ALIKE or not value:
+                record[key] = shared(value, share_strings)
+            else:  # hosts, rabbits and ssd paths differ from one allocated job to the next
+                share_strings(value)
+    return records
+
+
+def _share_events(dws: dict[str, Any]) -> None:
+    """share_alike for the record's ``dws`` table: each event's context."""
+    shared, intern = _SHARED.json, sys.intern
+    for name, context in dws.items():
+        kind = type(context)
+        if kind is str:
+            dws[name] = intern(context)
+        elif kind is list:
+            share_strings(context)
+        elif kind is dict:
+            for key, value in context.items():
+                kind = type(value)
+                if kind is str:
+                    context[key] = intern(value)
+                elif kind is dict or (kind is list and not value):  # tables alike
+                    context[key] = shared(value, share_strings)
+                elif kind is list:  # needs, nodes: each job's own
+                    share_strings(value)
+
 
 def parse_request(
     record: Mapping[str, Any], policy: Policy, *, owner_uid: int
 ) -> tuple[DwRequest | None, str]:
     """The job's validated request, or None and why not (a job's attributes never change,
-    so callers parse once per job)."""
+    so callers parse once per job).
+
+    Jobs whose records share their attributes (share_alike) share one answer, parsed once:
+    found by the attributes' identity, the cache holding them so that it cannot be reused."""
+    attributes = record.get("attributes") or {}
+    userid = int(record["userid"])
+    key = (id(attributes), id(policy), userid, owner_uid)
+    found = _REQUESTS.get(key)
+    if found is not None and found[0] is attributes and found[1] is policy:
+        return found[2]
     try:
-        request = request_from_attributes(
-            record.get("attributes") or {},
-            policy,
-            userid=int(record["userid"]),
-            owner_uid=owner_uid,
-        )
+        request = request_from_attributes(attributes, policy, userid=userid, owner_uid=owner_uid)
     except RequestError as exc:
-        return None, str(exc)
-    return request, "" if request else "the job has no system.dw attribute"
+        parsed: tuple[DwRequest | None, str] = (None, str(exc))
+    else:
+        parsed = (request, "" if request else "the job has no system.dw attribute")
+    if len(_REQUESTS) >= _SHARED_LIMIT:
+        _REQUESTS.clear()
+    _REQUESTS[key] = (attributes, policy, parsed)
+    return parsed
 
 
 def job_view(

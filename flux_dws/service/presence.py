@@ -24,6 +24,7 @@ from flux_dws.base.fsd import format_fsd
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.core.policy import Policy
 from flux_dws.flux.jobmanager import JobManager
+from flux_dws.flux.records import share_alike
 from flux_dws.flux.transport import RpcError
 
 log = logging.getLogger("flux-dws")
@@ -142,7 +143,8 @@ class Presence:
                 f", taking over from {self.peer}" if self.role == "standby" else "",
             )
             self.role = "active"
-        self._handle_records(records, snapshot)  # which shares their strings (frozen)
+        share_alike(records)  # held while the job is: one copy of each text and part alike
+        self._handle_records(records, snapshot)
 
     def _on_standby_waiting(self, standby: dict[str, Any]) -> None:
         log.info(

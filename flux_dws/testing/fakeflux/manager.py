@@ -94,6 +94,7 @@ class FakeFlux:
         self.loop = Loop(clock, name="fakeflux")
         self._jobs: dict[int, Job] = {}
         self._free: set[str] = set(self.hosts)
+        self._queued: set[int] = set()  # jobs waiting for the scheduler (alloc_queued)
         self.drains = DrainSet(self.hosts, clock)  # the resource module's drained nodes
         # what a Fluxion would hold across service restarts: hosts with the badrabbit property
         self.badrabbit: set[str] = set()
@@ -437,6 +438,7 @@ class FakeFlux:
             self._post(job, "priority", {"priority": DEFAULT_URGENCY})
         elif job.state == "SCHED" and not job.alloc_queued:
             job.alloc_queued = True
+            self._queued.add(job.id)
             self._request_schedule()
         elif job.state == "RUN" and not (job.started or job.start_pending or job.prologs):
             self._start_tasks(job)
@@ -459,15 +461,24 @@ class FakeFlux:
     def _schedule(self) -> None:
         """The scheduler: allocate waiting jobs in submit order, each one that fits now."""
         self._sched_pending = False
-        for _, job in sorted(self._jobs.items()):
-            usable = [
-                h for h in self.hosts if h in self._free and h not in self.drains.drained_hosts()
-            ]
-            if job.state != "SCHED" or not job.alloc_queued or job.nnodes > len(usable):
+        # The free hosts not drained: found when a job may take them, not for every job and
+        # host (at El Capitan's size that held this process's GIL for seconds, bench_elcap).
+        usable: list[str] | None = None
+        for jobid in sorted(self._queued):  # not every job: thousands wait in DEPEND
+            job = self._jobs.get(jobid)
+            if job is None or job.state != "SCHED" or not job.alloc_queued:
+                self._queued.discard(jobid)
+                continue
+            if usable is None:
+                drained = self.drains.drained_hosts()
+                usable = [h for h in self.hosts if h in self._free and h not in drained]
+            if job.nnodes > len(usable):
                 continue
             job.hosts = usable[: job.nnodes]
             self._free.difference_update(job.hosts)
             job.alloc_queued = False
+            self._queued.discard(jobid)
+            usable = None  # the alloc event may change what is free or drained
             self._post(job, "alloc", {})
 
     def _start_tasks(self, job: Job) -> None:
