@@ -305,6 +305,8 @@ def test_every_state_and_status(state: State, status: Status, caught_up: bool) -
     obj["status"]["status"] = status.value
     if status in (Status.ERROR, Status.TRANSIENT):
         obj["status"]["message"] = "DW Directive 0: User error: something broke"
+    if status is Status.ERROR:  # as DWS rolls it up: from a driver entry in Error
+        driver_error(obj, 0, state, "User error: something broke", "user error: broke")
     desired = state if caught_up else state.next() or State.TEARDOWN
     obj["spec"]["desiredState"] = desired.value
     view = view_workflow(obj)
@@ -709,6 +711,18 @@ def test_an_unclassified_error_the_driver_retries_is_waited_for_not_failed(state
 def test_a_classified_or_unexplained_error_still_fails_at_once(message: str, error: str) -> None:
     view = view_workflow(driver_error(make_workflow(State.SETUP), 0, State.SETUP, message, error))
     assert view.failed and not view.retrying and not view.transient
+
+
+def test_an_error_status_whose_entry_the_driver_has_reset_is_a_stale_roll_up() -> None:
+    """nnf-sos's retry resets its entry (Running, then Completed) before DWS rolls the status
+    up again: for a moment the status says Error and no entry does."""
+    obj = make_workflow(State.PROPOSAL)
+    driver_error(obj, 1, State.PROPOSAL, f"Internal error: {ALREADY_EXISTS}", ALREADY_EXISTS)
+    for entry in obj["status"]["drivers"]:
+        if entry["status"] == "Error":
+            entry.update(status="Running", message="", error="")
+    view = view_workflow(obj)
+    assert view.retrying and not view.failed
 
 
 def test_one_classified_error_beside_a_retried_one_fails() -> None:

@@ -168,11 +168,15 @@ def retried_error(entry: DriverStatus) -> bool:
 def only_retried_errors(
     drivers: Sequence[DriverStatus], state: State | None, status: Status | None
 ) -> bool:
-    """The workflow is in Error in ``state`` only through ``retried_error`` entries."""
+    """The workflow is in Error in ``state`` only through ``retried_error`` entries.
+
+    Also when no entry of the state is in Error any more: the driver's retry has reset its
+    entry and DWS has not rolled the status up again yet.  A workflow with no entries for
+    the state at all says nothing either way, and fails as before."""
     if status is not Status.ERROR:
         return False
-    errors = [d for d in drivers if d.watch_state is state and d.status == _DRIVER_ERROR]
-    return bool(errors) and all(map(retried_error, errors))
+    mine = [d for d in drivers if d.watch_state is state]
+    return bool(mine) and all(retried_error(d) for d in mine if d.status == _DRIVER_ERROR)
 
 
 # --------------------------------------------------------------------------- timestamps
