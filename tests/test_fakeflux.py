@@ -915,3 +915,20 @@ def test_a_scheduling_pass_looks_at_the_drains_once_not_per_job_and_host(clock: 
         plain = ff.submit({}, runtime=None)
         ff.wait_event(plain, "alloc", TIMEOUT)
         assert len(looked) <= 2 and ff.info(plain).hosts == ["compute-02"]
+
+
+def test_the_scheduler_skips_drained_hosts_and_gives_freed_ones_in_submit_order(
+    ff: FakeFlux,
+) -> None:
+    ff.drain("compute-01", "bad disk")
+    first, second, third = (ff.submit({}, runtime=None) for _ in range(3))
+    assert ff.wait(first, "RUN", timeout=TIMEOUT).hosts == ["compute-02"]
+    assert {ff.info(second).state, ff.info(third).state} == {"SCHED"}
+    ff.undrain("compute-01")
+    assert ff.wait(second, "RUN", timeout=TIMEOUT).hosts == ["compute-01"]
+    assert ff.info(third).state == "SCHED"
+    ff.finish(first)
+    assert ff.wait(third, "RUN", timeout=TIMEOUT).hosts == ["compute-02"]
+    for job in (second, third):
+        ff.finish(job)
+        ff.wait(job, timeout=TIMEOUT)
