@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from flux_dws.core.jobspec import release_update  # noqa: E402
 from flux_dws.core.rabbits import GIB, Rabbit, resource_graph  # noqa: E402
 from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE, AllocationNeed  # noqa: E402
-from flux_dws.testing.fluxionmatch import fluxion_match  # noqa: E402
+from flux_dws.testing.fluxionmatch import fluxion_match, node_jobspec  # noqa: E402
 from flux_dws.testing.realflux import flux_command, fluxion_installed, plain_R  # noqa: E402
 
 JOB_NODES = 4
@@ -49,28 +49,6 @@ def rabbits_for(names: list[str], count: int) -> dict[str, Rabbit]:
             f"rabbit-{r:03d}", tuple(names[r * per : (r + 1) * per]), 32 * 2**40, "Ready", True
         )
         for r in range(count)
-    }
-
-
-def node_jobspec(nnodes: int) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "resources": [
-            {
-                "type": "node",
-                "count": nnodes,
-                "with": [
-                    {
-                        "type": "slot",
-                        "count": 1,
-                        "label": "task",
-                        "with": [{"type": "core", "count": 1}],
-                    }
-                ],
-            }
-        ],
-        "tasks": [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
-        "attributes": {"system": {"duration": 0}},
     }
 
 

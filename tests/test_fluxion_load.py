@@ -35,27 +35,11 @@ def fluxion():
 
 
 def jobspec(nnodes: int, gib: int) -> dict:
-    resources = [
-        {
-            "type": "node",
-            "count": nnodes,
-            "with": [
-                {
-                    "type": "slot",
-                    "count": 1,
-                    "label": "task",
-                    "with": [{"type": "core", "count": 1}],
-                }
-            ],
-        }
-    ]
+    from flux_dws.testing.fluxionmatch import node_jobspec
+
     need = AllocationNeed("bd", ("default", "s"), "xfs", PER_COMPUTE, gib * GIB)
-    return {
-        "version": 1,
-        "resources": release_update(resources, [need], {}, True)["resources"],
-        "tasks": [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
-        "attributes": {"system": {"duration": 0}},
-    }
+    spec = node_jobspec(nnodes)
+    return {**spec, "resources": release_update(spec["resources"], [need], {}, True)["resources"]}
 
 
 def test_fluxion_loads_the_graph_and_gives_storage_from_the_nodes_rabbit(fluxion):

@@ -86,3 +86,26 @@ def fluxion_match(
         if out.returncode != 0:
             raise RuntimeError(f"matching failed: {out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def node_jobspec(nnodes: int) -> dict[str, Any]:
+    """A jobspec of ``nnodes`` nodes, one core each, as the benchmarks and tests match."""
+    return {
+        "version": 1,
+        "resources": [
+            {
+                "type": "node",
+                "count": nnodes,
+                "with": [
+                    {
+                        "type": "slot",
+                        "count": 1,
+                        "label": "task",
+                        "with": [{"type": "core", "count": 1}],
+                    }
+                ],
+            }
+        ],
+        "tasks": [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
+        "attributes": {"system": {"duration": 0}},
+    }
