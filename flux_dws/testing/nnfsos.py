@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flux_dws.testing.realdws import (
@@ -218,3 +218,37 @@ def data_movement_manager() -> dict[str, Any]:
             "mountPath": "/mnt/nnf",
         },
     }
+
+
+def prepare_deployment(store: Any, rabbits: Sequence[str]) -> None:
+    """What nnf-sos's deployment has before it starts: each rabbit's Kubernetes Node, Ready,
+    and its manager pod; nnf-sos's profiles; each rabbit's LNet address (testing.nnfmock)."""
+    from flux_dws.testing.nnfmock import own_nids
+
+    for rabbit in rabbits:
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        node = {"metadata": {"name": rabbit}, "status": {"conditions": [ready]}}
+        store.create("nodes", None, node)
+        store.create("pods", NNF_SYSTEM, nnf_node_pod(rabbit))
+    install_nnf_profiles(store)
+    own_nids(store, list(rabbits))
+
+
+def wait_for_storage(
+    store: Any, rabbits: Sequence[str], running: Callable[[], bool], timeout: float = 60.0
+) -> None:
+    """Until every rabbit's Storage is Ready: DWS makes it, nnf-sos reports its status.
+    RuntimeError after ``timeout`` seconds, or as soon as nnf-sos is not ``running``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        storages, _ = store.list("storages", "default")
+        up = {s["metadata"]["name"] for s in storages if _ready(s)}
+        if up >= set(rabbits):
+            return
+        if time.monotonic() > deadline or not running():
+            raise RuntimeError(f"nnf-sos reported no Ready Storage for {list(rabbits)}")
+        time.sleep(0.1)
+
+
+def _ready(storage: dict[str, Any]) -> bool:
+    return (storage.get("status") or {}).get("status") == "Ready"

@@ -41,10 +41,6 @@ from flux_dws.testing.kubeapi.admission import deny
 log = logging.getLogger("flux-dws.testing.stack")
 
 
-def _storage_ready(storage: dict[str, Any]) -> bool:
-    return (storage.get("status") or {}).get("status") == "Ready"
-
-
 class Stack:
     """Start with ``start()`` (or ``with Stack() as stack``); see the module docstring."""
 
@@ -211,35 +207,19 @@ class Stack:
         rabbit, on mock hardware."""
         from flux_dws.testing.dwssim.datamovement import DataMover
         from flux_dws.testing.dwssim.workloads import Workloads
-        from flux_dws.testing.nnfmock import own_nids
         from flux_dws.testing.nnfsos import (
             NnfSos,
             data_movement_manager,
-            install_nnf_profiles,
-            nnf_node_pod,
+            prepare_deployment,
+            wait_for_storage,
         )
 
         assert self.api is not None and self.rabbits is not None
-        for rabbit in self.rabbits:
-            ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-            node = {"metadata": {"name": rabbit}, "status": {"conditions": [ready]}}
-            self.api.store.create("nodes", None, node)
-            self.api.store.create("pods", "nnf-system", nnf_node_pod(rabbit))
-        install_nnf_profiles(self.api.store)
-        own_nids(self.api.store, list(self.rabbits))  # each rabbit's LNet address (nnfmock)
+        prepare_deployment(self.api.store, list(self.rabbits))
         self.nnf_sos = NnfSos(self.kubeconfig, self._tmp.name, list(self.rabbits))
         self.nnf_sos.start()
-        # DWS makes each rabbit's Storage, nnf-sos reports its status: the service starts on
-        # a system whose rabbits are up, as a site's would.
-        deadline = time.monotonic() + 60
-        while True:
-            storages, _ = self.api.store.list("storages", "default")
-            up = {s["metadata"]["name"] for s in storages if _storage_ready(s)}
-            if up >= set(self.rabbits):
-                break
-            if time.monotonic() > deadline or not self.nnf_sos.running():
-                raise RuntimeError(f"nnf-sos reported no Ready Storage for {self.rabbits}")
-            time.sleep(0.1)
+        # the service starts on a system whose rabbits are up, as a site's would
+        wait_for_storage(self.api.store, list(self.rabbits), self.nnf_sos.running)
         # nnf-sos's clientmountd runs on each compute node (not here): dwssim plays it.
         self.compute_mounts = ComputeMounts(self.api.store, self.hosts).start()
         # nnf-dm (not built) moves the data of the NnfDataMovements nnf-sos makes: dwssim
