@@ -117,28 +117,21 @@ class RawApi:
         """
         data = None if body is None else json.dumps(body).encode()
         headers = self._headers(content_type if data is not None else None)
+        target = path + _query(params)
+        sent = {
+            "body": data,
+            "headers": headers,
+            "timeout": _timeout(_request_timeout),
+            "preload_content": _preload_content,
+            "retries": False,  # flux_dws.k8s.calls retries, counting every attempt
+        }
         if self._direct:
-            response = self._connection_pool().urlopen(
-                method,
-                self._prefix + path + _query(params),
-                body=data,
-                headers=headers,
-                timeout=_timeout(_request_timeout),
-                preload_content=_preload_content,
-                retries=False,  # flux_dws.k8s.calls retries, counting every attempt
-                redirect=False,
-                assert_same_host=False,
+            pool = self._connection_pool()
+            response = pool.urlopen(
+                method, self._prefix + target, redirect=False, assert_same_host=False, **sent
             )
         else:
-            response = self._pool.request(
-                method,
-                self._host + path + _query(params),
-                body=data,
-                headers=headers,
-                timeout=_timeout(_request_timeout),
-                preload_content=_preload_content,
-                retries=False,
-            )
+            response = self._pool.request(method, self._host + target, **sent)
         if not 200 <= response.status < 300:
             if not _preload_content:
                 response.read()
