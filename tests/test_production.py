@@ -383,6 +383,31 @@ def test_api_health_tells_a_hung_server_from_a_slow_one() -> None:
     health.end(probe, answered=True)
 
 
+def test_api_health_does_not_blame_the_server_for_its_own_pause() -> None:
+    from flux_dws.service.apihealth import ApiHealth
+
+    now = [1000.0]
+    health = ApiHealth(overdue=10.0, clock=lambda: now[0], tick=1.0)
+    assert health.judge().reachable
+    pending = health.begin("patch workflow")
+    now[0] += 30.0  # this process did not run for 30 s (SIGSTOP, swap, a paused VM)
+    assert health.judge().reachable  # the request waited 2 s of the time we were running
+    now[0] += 1.0
+    assert health.judge().reachable
+    for _ in range(7):  # then it goes on waiting while we run and watch: hung after all
+        now[0] += 1.0
+        verdict = health.judge()
+    assert not verdict.reachable and "no answer for 10s" in verdict.why
+    assert verdict.since == 1000.0  # since its start, as without the pause
+    health.end(pending, answered=True)
+    assert health.judge().reachable
+    blind = ApiHealth(overdue=10.0, clock=lambda: now[0])  # no tick: wall time only
+    blind.judge()
+    blind.begin("get workflow")
+    now[0] += 30.0
+    assert not blind.judge().reachable
+
+
 def test_the_admin_guide_lists_exactly_the_metrics() -> None:
     import re
     from pathlib import Path

@@ -13,6 +13,7 @@ Skipped where flux-core is not installed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.skipif(
 
 JOBDW = "#DW jobdw type=xfs capacity=1GiB name=scratch"
 AFTER_RUN = ("PostRun", "DataOut", "Teardown")
+API_HEALTH = re.compile(r"flux-dws: \w+: Kubernetes API (unreachable|reachable again)")
 
 
 def asked(info) -> Counter[str]:
@@ -83,7 +85,11 @@ def test_the_service_ends_with_its_instance() -> None:
         before = len(stack.flux.service_log().splitlines())
         stack.flux.shutdown()
         assert stack.flux.service_exit(30) == EXIT_UNAVAILABLE
-        after = stack.flux.service_log().splitlines()[before:]
+        after = [
+            line
+            for line in stack.flux.service_log().splitlines()[before:]
+            if not API_HEALTH.match(line)  # the Kubernetes side may be judged at any tick
+        ]
         assert len(after) == 1, after  # one line, no traceback, no reconnection
         assert after[0].startswith("flux-dws: WARNING: the Flux instance is gone (")
         assert after[0].endswith("); stopping")

@@ -10,6 +10,11 @@ that is shorter) counts as "unreachable" without waiting for the retries.  "Unre
 since" is the server's last answer before the trouble, so an alarm raised ``api-alarm`` after
 it comes at most ``api-alarm`` after the server stopped answering.
 
+Time this process itself did not run (a host under memory pressure, a SIGSTOP, a paused VM)
+is not the server's: when :meth:`judge` is called much later than every ``tick`` seconds, the
+excess is left out of the age of every attempt open across it, so a service that wakes up does
+not call a server that answers at once "unreachable".
+
 Any HTTP answer, even an error status, means the server is reachable; only failures below HTTP
 (refused, reset, timed out) and overdue attempts mean it is not.  Thread-safe: requests run on
 worker threads and the watch thread; the service's loop reads :meth:`judge`.
@@ -36,12 +41,17 @@ class Verdict:
 class ApiHealth:
     """Outcomes of request attempts -> reachable or not (see the module docstring)."""
 
-    def __init__(self, overdue: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, overdue: float, clock: Callable[[], float] = time.time, tick: float | None = None
+    ) -> None:
         self.overdue = overdue
         self.clock = clock
+        self.tick = tick  # how often judge() is called; None: no pause is told apart
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._open: dict[int, tuple[float, str]] = {}  # attempt -> (start, what)
+        self._open: dict[int, tuple[float, str, float]] = {}  # attempt -> (start, what, paused)
+        self._paused = 0.0  # seconds this process was seen not running, in all
+        self._judged: float | None = None
         self._failed_since: float | None = None  # first failed attempt since the last answer
         self._why = ""
         self.last_answer: float | None = None
@@ -52,7 +62,7 @@ class ApiHealth:
         now = self.clock()
         with self._lock:
             token = next(self._ids)
-            self._open[token] = (now, what)
+            self._open[token] = (now, what, self._paused)
             self.last_start = now
         return token
 
@@ -60,7 +70,7 @@ class ApiHealth:
         """The attempt got an HTTP answer (``answered``) or failed below HTTP (``why``)."""
         now = self.clock()
         with self._lock:
-            start, what = self._open.pop(token, (now, ""))
+            start, what, _ = self._open.pop(token, (now, "", 0.0))
             if answered:  # any HTTP answer, even a late one: the server is there
                 self.last_answer = max(now, self.last_answer or now)
                 self._failed_since, self._why = None, ""
@@ -76,11 +86,15 @@ class ApiHealth:
         failed or is overdue (that attempt's start if it never answered, or answered since)."""
         now = self.clock()
         with self._lock:
+            if self.tick is not None and self._judged is not None:
+                self._paused += max(0.0, now - self._judged - 2 * self.tick)
+            self._judged = now
             since, why = self._failed_since, self._why
-            for start, what in self._open.values():
-                if now - start >= self.overdue and (since is None or start < since):
+            for start, what, paused in self._open.values():
+                waited = now - start - (self._paused - paused)
+                if waited >= self.overdue and (since is None or start < since):
                     since = start
-                    why = f"{what}: no answer for {now - start:.0f}s (server hung?)"
+                    why = f"{what}: no answer for {waited:.0f}s (server hung?)"
             if since is not None and self.last_answer is not None:
                 since = min(since, self.last_answer)
         if since is None:

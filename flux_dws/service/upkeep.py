@@ -94,10 +94,10 @@ class Upkeep:
         self.watched = watched
         self.notifier = notifier or Notifier()
         self.metrics = PromMetrics() if policy.metrics_address else None
-        self.health = ApiHealth(overdue=min(kube.timeout, policy.api_alarm / 2))
-        kube.observer = RequestHub(self.health, self.metrics)
         wd = self.notifier.watchdog
         self.period = min(TICK, wd / 3) if wd else TICK
+        self.health = ApiHealth(overdue=min(kube.timeout, policy.api_alarm / 2), tick=self.period)
+        kube.observer = RequestHub(self.health, self.metrics)
         self.probe_after = min(policy.heartbeat, policy.api_alarm / 2)
         self._probing = False
         self._reachable = True
