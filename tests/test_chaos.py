@@ -584,4 +584,4 @@ def test_restart_waits_for_the_workflow_list_before_deciding():
         stack.cancel(jobid)
         info = stack.wait(jobid)
         assert info.result == "CANCELED"
-        assert not info.holds and stack.workflows() == []
+        assert not info.holds and stack.workflows_left() == []

@@ -113,7 +113,7 @@ def test_a_started_job_without_release_is_torn_down_after_an_instance_restart() 
             assert names.index("epilog-start") < names.index("release")
         assert all(asked(info)[state] == 1 for state in AFTER_RUN), asked(info)
         assert names.index("epilog-finish") < names.index("free")
-        assert stack.workflows() == []
+        assert stack.workflows_left() == []
 
 
 def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:

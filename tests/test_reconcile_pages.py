@@ -94,5 +94,5 @@ def test_a_job_on_the_first_page_is_decided_before_the_last_page_is_served(paged
         assert info.result == "CANCELED"
         assert info.events("dws-state")[-1]["context"]["state"] == "Teardown"
     wait_for(lambda: workflow_of(stack, ORPHAN) is None, what="the orphan swept", timeout=30)
-    assert stack.workflows() == []
+    assert stack.workflows_left() == []
     assert api.request_counts().get(("create", "workflows"), 0) == 0  # never a second workflow

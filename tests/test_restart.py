@@ -63,7 +63,7 @@ def test_job_submitted_while_the_service_is_down_waits_then_runs(stack):
     stack.start_service()
     info = stack.wait(jobid)
     assert info.result == "COMPLETED"
-    assert stack.workflows() == []
+    assert stack.workflows_left() == []
 
 
 def test_job_cancelled_while_the_service_is_down_is_torn_down_after(stack):
@@ -97,7 +97,7 @@ def test_restart_in_every_hold_ends_every_job(stack):
         assert f"{state} failed: did not complete within 3s" in exception_note(info)
         assert not info.holds
         assert len([e for e in info.eventlog if e["name"] == "exception"]) == 1
-    assert stack.workflows() == []
+    assert stack.workflows_left() == []
 
 
 def test_orphans_of_this_instance_are_swept_and_others_left_alone(stack):

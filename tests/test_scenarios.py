@@ -332,4 +332,4 @@ def test_bad_requests_are_refused_at_submit(stack, dw, timeouts, message):
         stack.submit(dw, timeouts=timeouts)
     assert message in str(refused.value)
     assert "\n" not in str(refused.value)
-    assert stack.workflows() == []
+    assert stack.workflows_left() == []

@@ -386,7 +386,7 @@ def test_a_user_without_a_group_is_failed_never_given_gid_equal_uid():
         uid = unknown_uid()
         info = stack.wait(stack.submit(JOBDW, userid=uid), timeout=30)
         assert "no passwd entry" in note(info), note(info)
-        assert stack.workflows() == []
+        assert stack.workflows_left() == []
         assert stack.service is not None and uid not in stack.service.executor.gids  # not cached
 
 

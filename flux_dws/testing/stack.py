@@ -553,3 +553,15 @@ class Stack:
             "workflows", self.policy.namespace, instance_selector(self.identity)
         )
         return items
+
+    def workflows_left(self, timeout: float = 30.0) -> list[str]:
+        """The names of this instance's workflows still there after up to ``timeout``: a job
+        that failed before it started is inactive while its workflow's Teardown and delete
+        still run (no epilog waits for them), and a stack shared by a module's tests can hold
+        an earlier test's for a moment."""
+        deadline = time.monotonic() + timeout
+        while True:
+            names = [str(w.get("metadata", {}).get("name")) for w in self.workflows()]
+            if not names or time.monotonic() >= deadline:
+                return names
+            time.sleep(0.1)
