@@ -328,11 +328,54 @@ def test_container_outcome_is_recorded_once():
 
     (first,) = recorded_outcomes(j)
     assert first.event["state"] == "exited"
-    # saved before DataOut is asked for (pods live until Teardown, but a restart must not
-    # find DataOut asked and the output unsaved)
-    actions = decide(j, wf(State.POSTRUN, container=outcome), POLICY, NOW)
-    assert kinds(actions)[:2] == ["SaveOutput", "SetDesiredState"]
     assert recorded_outcomes(dataclasses.replace(j, container_recorded=ContainerState.EXITED)) == []
+    # a restart in DataOut (asked, the output not saved yet) saves it then, once
+    dataout = job(JobPhase.EPILOG, started=True, **recorded(State.DATAOUT))
+    (again,) = of(
+        decide(dataout, wf(State.DATAOUT, container=outcome), POLICY, NOW), act.SaveOutput
+    )
+    assert again == first
+
+
+def test_dataout_is_asked_before_the_output_is_saved():
+    """The containers exited: DataOut is asked for first, in the same decision, so that the
+    save (reading the pods and their logs) does not hold it back: the chain runs in turn."""
+    outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN))
+    actions = decide(j, wf(State.POSTRUN, container=outcome), POLICY, NOW)
+    assert kinds(actions) == ["SetDesiredState", "SaveOutput"]
+    assert of(actions, act.SetDesiredState) == [act.SetDesiredState(State.DATAOUT)]
+    names = [a.name if isinstance(a, act.PostEvent) else type(a).__name__ for a in actions]
+    assert names.index("dws-state") < names.index("SaveOutput")  # DataOut recorded first
+
+
+def test_teardown_waits_for_the_containers_output_on_the_job():
+    """Teardown deletes the pods: it is withheld until dws-container is on the job."""
+    outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.DATAOUT))
+    done = wf(State.DATAOUT, container=outcome)
+    assert kinds(decide(j, done, POLICY, NOW)) == ["SaveOutput"]
+    saved = dataclasses.replace(j, container_recorded=ContainerState.EXITED)
+    assert of(decide(saved, done, POLICY, NOW), act.SetDesiredState) == [
+        act.SetDesiredState(State.TEARDOWN)
+    ]
+
+
+@pytest.mark.parametrize("how", ["dataout-failed", "cancelled"])
+def test_a_teardown_while_the_output_is_unsaved_comes_after_the_save(how):
+    outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.DATAOUT))
+    view = wf(State.DATAOUT, container=outcome)
+    if how == "dataout-failed":
+        message = "DW Directive 0: User error: copy failed"
+        view = wf(
+            State.DATAOUT, ready=False, status=Status.ERROR, message=message, container=outcome
+        )
+    else:
+        j = dataclasses.replace(j, exception=JobException("cancel"))
+    actions = decide(j, view, POLICY, NOW)
+    assert tears_down(actions)
+    assert kinds(actions).index("SaveOutput") < kinds(actions).index("SetDesiredState")
 
 
 def test_transient_condition_is_tolerated_for_the_grace_period_then_fails():

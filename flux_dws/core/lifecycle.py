@@ -119,7 +119,7 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
         problem = _failure(job, workflow, policy, now)
         if problem:
             return actions + fenced + _abort(job, problem, policy, now)
-        actions += _advance(job, workflow, policy, now)
+        actions = _ask_before_saving(actions, _advance(job, workflow, policy, now))
     wake = _next_wake(job, workflow, policy, now)
     if wake is not None:
         actions.append(WakeAt(wake))
@@ -320,8 +320,27 @@ def _advance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list
     if phase is JobPhase.EPILOG:
         following = state.next()
         assert following is not None  # EPILOG only expects PreRun..DataOut here
+        if following is State.TEARDOWN and _output_unsaved(job, wf):
+            return []  # Teardown deletes the pods: it waits for dws-container (SaveOutput)
         return _enter(job, following, policy, now)
     return []
+
+
+def _output_unsaved(job: JobView, wf: WorkflowView) -> bool:
+    """The containers have ended and their outcome (output) is not on the job yet."""
+    outcome = wf.container.state
+    return outcome in _TERMINAL_CONTAINER and job.container_recorded is not outcome
+
+
+def _ask_before_saving(recorded: list[Action], step: list[Action]) -> list[Action]:
+    """A healthy step on is asked before the containers' output is saved: the chain runs
+    its actions in turn, and the save (pod and log reads) would hold the step back.  The
+    pods live until Teardown, which ``_advance`` withholds until ``dws-container`` is on the
+    job; so the save may run while DataOut does, and a restart in between saves it then."""
+    saving = [a for a in recorded if isinstance(a, SaveOutput)]
+    if not step or not saving:
+        return recorded + step
+    return [a for a in recorded if not isinstance(a, SaveOutput)] + step + saving
 
 
 def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
