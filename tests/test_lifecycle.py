@@ -349,6 +349,22 @@ def test_dataout_is_asked_before_the_output_is_saved():
     assert names.index("dws-state") < names.index("SaveOutput")  # DataOut recorded first
 
 
+def test_a_clean_exit_seen_while_postrun_runs_is_saved_with_the_ask_for_dataout():
+    """Saved then, the output would hold the chain while PostRun completes, and DataOut with
+    it; a failure, or an abort, still saves at once (Teardown follows)."""
+    outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.POSTRUN, NOW + 60))
+    running = wf(State.POSTRUN, ready=False, container=outcome)
+    assert not of(decide(j, running, POLICY, NOW), act.SaveOutput)
+    cancelled = dataclasses.replace(j, exception=JobException("cancel"))
+    actions = decide(cancelled, running, POLICY, NOW)
+    assert tears_down(actions)
+    assert kinds(actions).index("SaveOutput") < kinds(actions).index("SetDesiredState")
+    late = decide(j, running, POLICY, NOW + 60)
+    assert tears_down(late)
+    assert kinds(late).index("SaveOutput") < kinds(late).index("SetDesiredState")
+
+
 def test_teardown_waits_for_the_containers_output_on_the_job():
     """Teardown deletes the pods: it is withheld until dws-container is on the job."""
     outcome = ContainerOutcome(ContainerState.EXITED, State.POSTRUN)

@@ -119,7 +119,7 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
         problem = _failure(job, workflow, policy, now)
         if problem:
             return actions + fenced + _abort(job, problem, policy, now)
-        actions = _ask_before_saving(actions, _advance(job, workflow, policy, now))
+        actions = _ask_before_saving(actions, _advance(job, workflow, policy, now), workflow)
     wake = _next_wake(job, workflow, policy, now)
     if wake is not None:
         actions.append(WakeAt(wake))
@@ -332,15 +332,23 @@ def _output_unsaved(job: JobView, wf: WorkflowView) -> bool:
     return outcome in _TERMINAL_CONTAINER and job.container_recorded is not outcome
 
 
-def _ask_before_saving(recorded: list[Action], step: list[Action]) -> list[Action]:
-    """A healthy step on is asked before the containers' output is saved: the chain runs
-    its actions in turn, and the save (pod and log reads) would hold the step back.  The
-    pods live until Teardown, which ``_advance`` withholds until ``dws-container`` is on the
-    job; so the save may run while DataOut does, and a restart in between saves it then."""
+def _ask_before_saving(
+    recorded: list[Action], step: list[Action], wf: WorkflowView
+) -> list[Action]:
+    """A healthy step on is asked before the containers' output is saved, as the chain runs
+    its actions in turn and the save (pod and log reads, off the urgent threads) would hold
+    the step back.  So a clean exit seen while PostRun still runs is saved with the ask for
+    DataOut, after it.  The pods live until Teardown, which ``_advance`` withholds until
+    ``dws-container`` is on the job: the save runs while DataOut does, and a restart in
+    between saves it then.  (A failure or abort saves first, before Teardown is asked.)"""
     saving = [a for a in recorded if isinstance(a, SaveOutput)]
-    if not step or not saving:
+    if not saving:
         return recorded + step
-    return [a for a in recorded if not isinstance(a, SaveOutput)] + step + saving
+    rest = [a for a in recorded if not isinstance(a, SaveOutput)]
+    if step:
+        return rest + step + saving
+    running = wf.desired_state is State.POSTRUN and not wf.complete
+    return rest if running and wf.container.state is ContainerState.EXITED else recorded
 
 
 def _start(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:
