@@ -790,6 +790,33 @@ def test_urgent_calls_overtake_queued_ones():
         worker.stop()
 
 
+def test_soon_calls_overtake_queued_ones_on_the_threads_for_work_that_can_wait():
+    """A moving job's records (soon) go before new jobs' creates, after any next state, and
+    never on a reserved thread (they may wait for a watch)."""
+    release, running = threading.Event(), threading.Event()
+    order: list[str] = []
+    worker = KubeWorker(threads=2, reserved=1, deliver=run_here)
+
+    def first() -> None:
+        running.set()
+        release.wait(10)
+
+    try:
+        worker.submit(first, on_done=lambda r, e: None)
+        assert running.wait(10)
+        for name in ("create", "output"):
+            worker.submit(order.append, name, on_done=lambda r, e: None, soon=name == "output")
+        worker.submit(order.append, "dataOut", on_done=lambda r, e: None, urgent=True)
+        wait_for(lambda: order == ["dataOut"], what="the urgent call, on the reserved thread")
+        assert worker.queued() == 2  # the output waits for the busy thread, as the create does
+        release.set()
+        wait_for(lambda: len(order) == 3, what="the queued calls")
+        assert order == ["dataOut", "output", "create"]
+    finally:
+        release.set()
+        worker.stop()
+
+
 @pytest.mark.parametrize("threads, reserved", [(0, 0), (4, 4), (4, -1)])
 def test_worker_sizes_are_checked(threads, reserved):
     with pytest.raises(ValueError, match="threads|reserved"):

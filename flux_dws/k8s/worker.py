@@ -31,6 +31,8 @@ class KubeWorker:
     job is waiting on) go first, and ``reserved`` threads only ever take urgent calls: a burst
     of creates and reads for new jobs can fill the other threads, yet a job that is already
     moving finds a thread free at once instead of queueing behind a slow API round trip.
+    ``soon`` ones (a moving job's records, which its next state waits for but which may wait
+    for a watch) run on the other threads, before the calls queued there.
     """
 
     def __init__(self, threads: int = 16, *, deliver: Deliver, reserved: int = 0) -> None:
@@ -41,6 +43,7 @@ class KubeWorker:
                 f"reserved must be from 0 to threads - 1 ({threads - 1}), not {reserved}"
             )
         self._urgent: collections.deque[_Call] = collections.deque()
+        self._soon: collections.deque[_Call] = collections.deque()
         self._normal: collections.deque[_Call] = collections.deque()
         self._normal_limit = threads - reserved  # threads that may run non-urgent calls
         self._normal_running = 0
@@ -60,6 +63,7 @@ class KubeWorker:
         *args: Any,
         on_done: Callable[[T | None, BaseException | None], None],
         urgent: bool = False,
+        soon: bool = False,
         **kwargs: Any,
     ) -> None:
         """Run ``fn(*args, **kwargs)`` on a worker thread, then ``on_done(result, error)``.
@@ -84,13 +88,13 @@ class KubeWorker:
                 log.exception("KubeWorker: could not deliver the outcome of %r", fn)
 
         with self._cond:
-            (self._urgent if urgent else self._normal).append(run)
+            (self._urgent if urgent else self._soon if soon else self._normal).append(run)
             self._cond.notify()
 
     def queued(self) -> int:
         """Calls waiting for a thread (a metric: how far the pool is behind)."""
         with self._cond:
-            return len(self._urgent) + len(self._normal)
+            return len(self._urgent) + len(self._soon) + len(self._normal)
 
     def _next(self) -> tuple[_Call | None, bool]:
         """The next call for this thread (None: stop) and whether it is a non-urgent one."""
@@ -99,9 +103,10 @@ class KubeWorker:
                 if self._urgent:
                     return self._urgent.popleft(), False
                 stopped = self._stopped.is_set()  # then queued calls only end with an error
-                if self._normal and (stopped or self._normal_running < self._normal_limit):
+                queue = self._soon or self._normal
+                if queue and (stopped or self._normal_running < self._normal_limit):
                     self._normal_running += 1
-                    return self._normal.popleft(), True
+                    return queue.popleft(), True
                 if stopped:
                     return None, False
                 self._cond.wait()

@@ -82,7 +82,7 @@ def record_copies(
         else:
             done(None)
 
-    x.worker.submit(read, on_done=settle)
+    x.worker.submit(read, on_done=settle, soon=True)  # the next state waits for it, as below
 
 
 def save_output(
@@ -134,6 +134,9 @@ def save_output(
         )
         x.post_event(tracked, act.PostEvent("dws-container", context), done)
 
+    # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates and
+    # reads it waited a quarter second at 1000 jobs (bench_service).  Not urgent: it may wait
+    # for the pod watch (recordcache.CATCH_UP), which must not hold a thread kept for patches.
     x.worker.submit(
         collect_output,
         x.kube,
@@ -143,4 +146,5 @@ def save_output(
         x.records.pods if x.records is not None else None,
         wf.resource_version,
         on_done=settle,
+        soon=True,
     )
