@@ -100,6 +100,28 @@ def test_a_watch_that_cannot_catch_up_is_not_answered(kubeapi, kube, pods):
     assert pods.read("wf", "not-a-number") is None
 
 
+def test_when_current_calls_back_once_the_watch_reaches_the_version_holding_no_thread(
+    kubeapi, kube, pods
+):
+    now: list[str] = []
+    pods.when_current(kubeapi.store.resource_version, lambda: now.append("now"))
+    assert now == ["now"]  # the watch is there already: at once, on this thread
+    ahead = str(int(kubeapi.store.resource_version) + 1)
+    later: list[str] = []
+    pods.when_current(ahead, lambda: later.append("later"))
+    pods.when_current("not-a-number", lambda: later.append("cannot say"))
+    assert later == ["cannot say"]
+    kubeapi.store.create("pods", NS, pod("p", "wf"))  # the next change moves the watch on
+    wait_for(lambda: later == ["cannot say", "later"], "the watch to reach the version")
+    assert [p["metadata"]["name"] for p in pods.read("wf", ahead, catch_up=0) or []] == ["p"]
+    far = str(int(kubeapi.store.resource_version) + 1000)
+    failed: list[str] = []
+    pods.when_current(far, lambda: failed.append("listed instead"))
+    kubeapi.faults.set(error_rate=1.0, error_codes=(503,), verbs={"watch"}, plurals={"pods"})
+    kubeapi.faults.cut_watches()
+    wait_for(lambda: failed == ["listed instead"], "a failing watch to answer every waiter")
+
+
 def test_a_failing_watch_falls_back_to_a_list_as_fresh(kubeapi, kube, pods):
     kubeapi.faults.set(error_rate=1.0, error_codes=(503,), verbs={"watch"}, plurals={"pods"})
     kubeapi.faults.cut_watches()

@@ -15,7 +15,8 @@ the same etcd; a watch's bookmarks carry that sequence's current value.  The rea
 the watch to catch up, at most ``CATCH_UP`` seconds, and otherwise is not answered (None):
 the caller then lists, as before.  It is never answered while the watch has not listed yet,
 is failing, or when either version is not an integer.  So the cache can make a record later
-by at most CATCH_UP, never staler.  The wait holds a KubeWorker thread, as the list did.
+by at most CATCH_UP, never staler.  The wait holds a KubeWorker thread, as the list did,
+unless the caller first waits with ``when_current`` (a callback, no thread held).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from flux_dws.base import untrusted
 from flux_dws.core.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
@@ -97,9 +98,10 @@ class WatchedObjects:
         self._where: dict[str, str] = {}  # object key -> its workflow
         self._position: int | None = None  # every change up to it is in _by_workflow
         self._healthy = False
+        self._waiting: list[tuple[int, Callable[[], None], float]] = []  # when_current's
         self.hits = 0  # reads answered from the cache
         self.misses = 0  # reads the caller listed for instead
-        self.waited = 0.0  # seconds reads spent waiting for the watch, all told
+        self.waited = 0.0  # seconds reads (and when_current) spent waiting for the watch
         self._watch = watch(kube, self._event, on_health=self._health, on_position=self._advanced)
 
     def start(self) -> None:
@@ -118,6 +120,31 @@ class WatchedObjects:
             return self._read(workflow, need, deadline)
         finally:
             self.waited += time.monotonic() - start
+
+    def when_current(self, at: str, callback: Callable[[], None]) -> None:
+        """``callback()`` once a read at resourceVersion ``at`` would not wait: the watch has
+        reached it, or cannot say (not listed, failing, not a number).  At once on this thread,
+        or later on the watch's; the caller bounds the wait itself (CATCH_UP), then reads
+        with ``catch_up=0``."""
+        need = untrusted.decimal(at)
+        with self._cond:
+            position = self._position
+            if self._healthy and need is not None and position is not None and position < need:
+                self._waiting.append((need, callback, time.monotonic()))
+                return
+        callback()
+
+    def _due(self, every: bool) -> list[Callable[[], None]]:
+        """Take the callbacks the position answers (``every``: all of them); under the lock."""
+        due, keep, now = [], [], time.monotonic()
+        for need, callback, since in self._waiting:
+            if every or need <= (self._position or 0):
+                due.append(callback)
+                self.waited += now - since
+            else:
+                keep.append((need, callback, since))
+        self._waiting = keep
+        return due
 
     def _read(self, workflow: str, need: int | None, deadline: float) -> list[dict] | None:
         with self._cond:
@@ -157,11 +184,17 @@ class WatchedObjects:
             if position is not None and (self._position is None or position > self._position):
                 self._position = position
                 self._cond.notify_all()
+            due = self._due(every=False) if self._waiting else []
+        for callback in due:
+            callback()
 
     def _health(self, connected: bool, _since: float) -> None:
         with self._cond:
             self._healthy = connected
             self._cond.notify_all()
+            due = self._due(every=True) if not connected else []
+        for callback in due:  # a read would not be answered: it lists
+            callback()
 
 
 class RecordCache:

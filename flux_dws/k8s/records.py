@@ -39,13 +39,18 @@ def permanent(exc: KubeError) -> bool:
 
 
 def _cached(
-    cache: WatchedObjects | None, kube: KubeClient, workflow: str, namespace: str, at: str
+    cache: WatchedObjects | None,
+    kube: KubeClient,
+    workflow: str,
+    namespace: str,
+    at: str,
+    catch_up: float | None = None,
 ) -> list[dict[str, Any]] | None:
     """The watch's copy, when it is as fresh as a list at resourceVersion ``at`` would be
     (flux_dws.k8s.recordcache); None: list instead."""
     if cache is None or namespace != kube.namespace:
         return None
-    return cache.read(workflow, at)
+    return cache.read(workflow, at, catch_up)
 
 
 def read_data_movements(
@@ -106,14 +111,16 @@ def collect_output(
     limit: int,
     cache: WatchedObjects | None = None,
     at: str = "",
+    catch_up: float | None = None,
 ) -> SavedOutput:
     """Every container of the workflow's pods, with the last ``limit`` bytes of its log; the
-    pods from ``cache`` when it has caught up with the workflow's resourceVersion ``at``.
+    pods from ``cache`` when it has caught up with the workflow's resourceVersion ``at``
+    (waiting for it ``catch_up`` seconds at most, by default CATCH_UP).
 
     KubeError only when the pods cannot be listed for a transient reason.
     """
     try:
-        pods = _cached(cache, kube, workflow, namespace, at)
+        pods = _cached(cache, kube, workflow, namespace, at, catch_up)
         if pods is None:
             pods = _list_pods(kube, workflow, namespace)
     except KubeError as exc:

@@ -25,6 +25,7 @@ from flux_dws.core import actions as act
 from flux_dws.core.copies import EVENT, UNKNOWN, copy_error, copy_records, summary
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
+from flux_dws.k8s import recordcache
 from flux_dws.k8s.records import collect_output, data_movements_or_why
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.failures import error_text
@@ -134,17 +135,35 @@ def save_output(
         )
         x.post_event(tracked, act.PostEvent("dws-container", context), done)
 
-    # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates and
-    # reads it waited a quarter second at 1000 jobs (bench_service).  Not urgent: it may wait
-    # for the pod watch (recordcache.CATCH_UP), which must not hold a thread kept for patches.
-    x.worker.submit(
-        collect_output,
-        x.kube,
-        wf.name,
-        wf.namespace,
-        limit,
-        x.records.pods if x.records is not None else None,
-        wf.resource_version,
-        on_done=settle,
-        soon=True,
-    )
+    cache = x.records.pods if x.records is not None else None
+    started, timer = False, None
+
+    def collect() -> None:
+        # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates
+        # and reads it waited a quarter second at 1000 jobs (bench_service).  The pod watch
+        # is waited for before, holding no thread (catch_up=0 here: behind, it lists).
+        nonlocal started
+        if started:
+            return
+        started = True
+        if timer is not None:
+            timer.cancel()
+        x.worker.submit(
+            collect_output,
+            x.kube,
+            wf.name,
+            wf.namespace,
+            limit,
+            cache,
+            wf.resource_version,
+            0.0,
+            on_done=settle,
+            soon=True,
+        )
+
+    if cache is None or wf.namespace != x.kube.namespace:
+        collect()
+        return
+    # The pod watch must reach the workflow's version (recordcache), for CATCH_UP at most.
+    timer = x.loop.call_later(recordcache.CATCH_UP, collect)
+    cache.when_current(wf.resource_version, lambda: x.loop.call_soon(collect))
