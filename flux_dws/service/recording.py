@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from flux_dws.base.jobid import f58
+from flux_dws.base.loop import Timer
 from flux_dws.core import actions as act
 from flux_dws.core.copies import EVENT, UNKNOWN, copy_error, copy_records, summary
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
@@ -136,7 +137,8 @@ def save_output(
         x.post_event(tracked, act.PostEvent("dws-container", context), done)
 
     cache = x.records.pods if x.records is not None else None
-    started, timer = False, None
+    started = False
+    timer: Timer | None = None
 
     def collect() -> None:
         # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates
@@ -148,18 +150,21 @@ def save_output(
         started = True
         if timer is not None:
             timer.cancel()
-        x.worker.submit(
-            collect_output,
-            x.kube,
-            wf.name,
-            wf.namespace,
-            limit,
-            cache,
-            wf.resource_version,
-            0.0,
-            on_done=settle,
-            soon=True,
-        )
+        try:
+            x.worker.submit(
+                collect_output,
+                x.kube,
+                wf.name,
+                wf.namespace,
+                limit,
+                cache,
+                wf.resource_version,
+                0.0,
+                on_done=settle,
+                soon=True,
+            )
+        except RuntimeError as exc:  # the service stopped while the watch was waited for
+            settle(None, exc)
 
     if cache is None or wf.namespace != x.kube.namespace:
         collect()
