@@ -30,7 +30,7 @@ _identities = (f"rc{i}" for i in itertools.count())
 @pytest.fixture
 def kube(kubeapi):
     client = KubeClient.connect(
-        namespace=NS, identity=next(_identities), kubeconfig=kubeapi.kubeconfig, timeout=2.0
+        namespace=NS, identity=next(_identities), kubeconfig=kubeapi.kubeconfig, timeout=10.0
     )
     yield client
     client.close()

@@ -301,7 +301,7 @@ def test_an_unreadable_workflow_holds_the_job_then_it_goes_on(backend):
         assert "status.status" in event["context"]["problem"]
         assert "'Pending'" in event["context"]["problem"]
         # held, not taken as deleted: the job has no exception and its workflow is kept
-        assert stack.wait(jobid, "DEPEND", timeout=5).exception is None
+        assert stack.wait(jobid, "DEPEND", timeout=60).exception is None
         assert [w for w in stack.workflows() if w["metadata"]["name"].endswith(f"-{jobid}")]
         broken.clear()
         assert stack.api is not None
