@@ -62,7 +62,7 @@ def test_metrics_endpoint_shows_what_happened() -> None:
             running = samples.get('flux_dws_jobs{phase="run"}') == 1
             return samples if done and running else None
 
-        samples = wait_for(settled, "the scrape to show three torn-down jobs", timeout=20)
+        samples = wait_for(settled, "the scrape to show three torn-down jobs", timeout=60)
         for state in LIFECYCLE[1:]:  # a workflow is created in Proposal: no transition
             expected = 4 if state in ("Setup", "DataIn", "PreRun") else 3
             assert samples[f'flux_dws_transitions_total{{state="{state}"}}'] == expected, state
@@ -278,7 +278,7 @@ def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
         assert service is not None
         waiting = stack.submit([DW, "#DW PreRun action=wait"], timeouts={"prerun": "1s"})
         stack.wait_workflow(waiting, State.PRERUN)
-        stack.wait_event(waiting, "exception", timeout=30)  # PreRun's deadline passed
+        stack.wait_event(waiting, "exception", timeout=60)  # PreRun's deadline passed
         held = stack.submit([DW, "#DW PreRun action=wait"], timeouts={"prerun": "1h"})
         stack.wait_workflow(held, State.PRERUN)
 
@@ -287,7 +287,7 @@ def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
             assert code == 0, err
             return out if "last heartbeat" in out and "PreRun" in out else None
 
-        out = wait_for(shown, "flux dws status to show the service", timeout=20)
+        out = wait_for(shown, "flux dws status to show the service", timeout=60)
         lines = out.splitlines()
         assert lines[0].startswith(f"service:  active, pid {os.getpid()} on ")
         assert "up since" in lines[0]
@@ -303,7 +303,7 @@ def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
         assert out.splitlines()[0].startswith("service:  NOT RUNNING")
         stack.start_service()
         stack.cancel(held)
-        stack.wait(held, timeout=30)
+        stack.wait(held, timeout=60)
 
 
 def test_health_view_survives_any_answer() -> None:
