@@ -460,11 +460,11 @@ class Chaos:
 
 def _decided(obj: dict[str, Any]) -> bool:
     """Whether DWS (dwssim) is done with a second-instance workflow in Proposal: its NNF
-    entries completed, and ready unless the test driver holds it (``action=wait``).  Not
-    only "unchanged for a while": a starved simulator thread can pause longer than that
+    entries for Proposal completed, and ready unless the test driver holds it (``action=wait``).
+    Not only "unchanged for a while": a starved simulator thread can pause longer than that
     between entering Proposal and completing it."""
     status = obj.get("status") or {}
-    drivers = status.get("drivers") or []
+    drivers = [e for e in status.get("drivers") or [] if e.get("watchState") == "Proposal"]
     if status.get("state") != "Proposal" or not drivers:
         return False
     tester = [e for e in drivers if e.get("driverID") == TEST_DRIVER]
