@@ -321,7 +321,7 @@ def test_an_unreadable_workflow_at_start_up_is_not_taken_as_deleted():
 
     with Stack(hosts=2) as stack:
         on_workflows(stack, pending)
-        jobid = stack.submit(JOBDW, runtime=30.0)
+        jobid = stack.submit(JOBDW, runtime=None)  # runs until cancelled below
         stack.wait(jobid, "RUN", timeout=60)
         stack.kill_service()
         assert stack.api is not None
