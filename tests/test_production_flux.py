@@ -84,7 +84,8 @@ def test_the_service_ends_with_its_instance() -> None:
         assert stack.wait(stack.submit(JOBDW, runtime=0.05), timeout=60).result == "COMPLETED"
         before = len(stack.flux.service_log().splitlines())
         stack.flux.shutdown()
-        assert stack.flux.service_exit(30) == EXIT_UNAVAILABLE
+        status = stack.flux.service_exit(30)
+        assert status == EXIT_UNAVAILABLE, stack.flux.service_log()[-3000:]
         after = [
             line
             for line in stack.flux.service_log().splitlines()[before:]
