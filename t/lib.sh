@@ -61,7 +61,7 @@
 DWS_SRCDIR=${DWS_SRCDIR:-$(cd "$SHARNESS_TEST_DIRECTORY/.." && pwd)}
 DWS_JOBTAP_DIR=$DWS_SRCDIR/jobtap
 DWS_PLUGIN=$DWS_JOBTAP_DIR/dws-jobtap.so
-DWS_TIMEOUT=${DWS_TIMEOUT:-15}
+DWS_TIMEOUT=${DWS_TIMEOUT:-60}  # a bound on waits, never on speed: CI machines are slow at times
 export DWS_SRCDIR DWS_PLUGIN DWS_TIMEOUT
 
 if command -v flux >/dev/null 2>&1; then
@@ -486,7 +486,7 @@ def workflows():
 
 
 def wait_state(name, state):
-    deadline = time.monotonic() + float(os.environ.get("DWS_TIMEOUT", "15"))
+    deadline = time.monotonic() + float(os.environ.get("DWS_TIMEOUT", "60"))
     while True:
         wf = custom.get_namespaced_custom_object(
             DWS_GROUP, VERSION, "default", WORKFLOWS, name, _request_timeout=BOUND

@@ -621,13 +621,15 @@ test_expect_success 'service-wait also counts for the jobs told when the service
     flux job wait-event -t $DWS_TIMEOUT $cj clean
 '
 
+# the service-wait must outlast starting the rescuing watch (two flux python processes, which
+# take seconds on a loaded machine), yet be over when the job is checked
 test_expect_success 'a service watch cancels the service-wait of waiting jobs' '
-    set_dws_config "service-wait = \"3s\"" &&
+    set_dws_config "service-wait = \"10s\"" &&
     start=$(date +%s.%N) &&
     rj=$(submit_dw true) &&
     flux job wait-event -t $DWS_TIMEOUT $rj dws-waiting &&
     dws_watch_start rescue --service --heartbeat 0.2 &&
-    sleep $(awk -v s=$start -v n=$(date +%s.%N) "BEGIN {d = s + 3.5 - n; print (d > 0 ? d : 0)}") &&
+    sleep $(awk -v s=$start -v n=$(date +%s.%N) "BEGIN {d = s + 10.5 - n; print (d > 0 ? d : 0)}") &&
     test "$(flux jobs -n -o "{state}" $rj)" = DEPEND &&
     ! flux job eventlog $rj | grep -w exception &&
     flux cancel $rj &&

@@ -76,10 +76,17 @@ has_outcome() {
     test_cmp outcome.expected outcome.out
 }
 
-# no_workflow_left JOBID: the job's workflow is gone from Kubernetes.
+# no_workflow_left JOBID: the job's workflow is gone from Kubernetes, within DWS_TIMEOUT: a
+# job ends once flux-dws lets go of its workflow, and DWS's finalizer (and, for a job that
+# never started, Teardown) may still be running then.
 no_workflow_left() {
-    dws_kube workflows >workflows.out &&
-    ! grep -x "default/$(workflow_of $1)" workflows.out
+    local name="default/$(workflow_of $1)" deadline=$(($(date +%s) + DWS_TIMEOUT))
+    while :; do
+        dws_kube workflows >workflows.out || return 1
+        grep -qx "$name" workflows.out || return 0
+        test $(date +%s) -lt $deadline || return 1
+        sleep 0.2
+    done
 }
 
 dws_setup 'setup: kubeapi + dwssim, [dws] config, the plugin and the service' '

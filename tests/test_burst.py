@@ -34,9 +34,11 @@ def test_a_burst_creates_at_most_max_proposals_workflows_at_once_in_submit_order
         order: list[int] = []
         stop = threading.Event()
 
-        def record() -> None:
-            while not stop.is_set():
+        def record() -> None:  # until stopped and every event already queued is read
+            while True:
                 event = watch.next(0.1)
+                if event is None and stop.is_set():
+                    return
                 if event is not None and event[0] == "ADDED":
                     jobid = int(event[1]["metadata"]["labels"][JOBID_LABEL])
                     created.setdefault(jobid, time.time())
@@ -47,7 +49,7 @@ def test_a_burst_creates_at_most_max_proposals_workflows_at_once_in_submit_order
         ids = [stack.submit(JOBDW, runtime=0.05) for _ in range(JOBS)]
         infos = [stack.wait(jobid, timeout=60) for jobid in ids]
         stop.set()
-        recorder.join(5)
+        recorder.join(30)
         watch.close()
         assert [info.result for info in infos] == ["COMPLETED"] * JOBS
         assert sorted(order) == sorted(ids)  # one workflow each
@@ -55,7 +57,7 @@ def test_a_burst_creates_at_most_max_proposals_workflows_at_once_in_submit_order
         released = {info.id: info.events("dependency-remove")[0]["timestamp"] for info in infos}
         # From creation to release to the scheduler, a job holds a Proposal slot.
         assert most_at_once([(created[j], released[j]) for j in ids]) <= LIMIT
-        assert not stack.workflows()
+        assert stack.workflows_left() == []
 
 
 def test_without_a_limit_the_whole_burst_is_in_proposal_together():

@@ -814,7 +814,7 @@ def test_rbac_grants_exactly_what_the_client_uses(kubeapi):
     }
     assert public == set(EXERCISES) | NO_REQUESTS, "a KubeClient method's RBAC needs are unknown"
     kube = KubeClient.connect(
-        namespace="default", identity="docs", kubeconfig=kubeapi.kubeconfig, timeout=5, retries=0
+        namespace="default", identity="docs", kubeconfig=kubeapi.kubeconfig, timeout=30, retries=0
     )
     _container_pod(kube, kubeapi.store)
     try:

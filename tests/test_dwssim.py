@@ -48,7 +48,7 @@ from flux_dws.testing.kubeapi import ApiError, Store
 NS = "default"
 COMPUTES = ("node0", "node1", "node2")
 SCALE = 0.001
-WAIT = 10.0  # generous bound for the simulator to act; never an assertion on speed
+WAIT = 60.0  # generous bound for the simulator to act; never an assertion on speed
 UID, GID = 1000, 1000
 GFS2 = "#DW jobdw type=gfs2 capacity=10GiB name=scratch"
 

@@ -28,6 +28,7 @@ if not fluxion_installed():
     )
 
 from flux_dws.testing.stack import Stack  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 RABBITS = {"rabbit-0": ["compute-01", "compute-02"], "rabbit-1": ["compute-03", "compute-04"]}
 XFS_60 = "#DW jobdw type=xfs capacity=60GiB name=scratch"
@@ -86,7 +87,11 @@ def test_more_than_any_rabbit_has_is_refused_with_a_clear_message(stack):
     assert info.result != "COMPLETED"
     note = (info.exception or {}).get("note", "")
     assert "unsatisfiable" in note.lower(), info.exception
-    assert not [w for w in stack.workflows() if w["spec"]["jobID"] in (jobid, str(jobid))]
+    # failed before it started: no epilog waits for its workflow's Teardown and delete
+    wait_for(
+        lambda: not [w for w in stack.workflows() if w["spec"]["jobID"] in (jobid, str(jobid))],
+        "its workflow deleted",
+    )
 
 
 def test_a_node_without_a_rabbit_is_never_given_to_a_dw_job_but_runs_others(stack):

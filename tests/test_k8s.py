@@ -61,7 +61,7 @@ def kubeconfig(kubeapi):
 def kube(api, kubeconfig):
     """A client with its own instance identity, as two instances sharing a namespace have."""
     client = KubeClient.connect(
-        namespace=NS, identity=next(_identities), kubeconfig=kubeconfig, timeout=2.0
+        namespace=NS, identity=next(_identities), kubeconfig=kubeconfig, timeout=10.0
     )
     client.backoff_max = 0.2  # keep retries quick; the bound is what is under test
     yield client

@@ -25,7 +25,7 @@ _touches = itertools.count()
 @pytest.fixture
 def kube(kubeapi):
     client = KubeClient.connect(
-        namespace=NS, identity="pager", kubeconfig=kubeapi.kubeconfig, timeout=2.0
+        namespace=NS, identity="pager", kubeconfig=kubeapi.kubeconfig, timeout=10.0
     )
     client.backoff_max = 0.2
     client._page_size = 2  # pages of two, to see several

@@ -877,7 +877,7 @@ def test_table_responses_carry_the_workflow_print_columns(kubeapi, co):
         f"{kubeapi.url}/apis/{G}/{V}/workflows",
         headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"},
     )
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    with urllib.request.urlopen(request, timeout=30) as answer:
         table = json.load(answer)
     assert table["kind"] == "Table"
     columns = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
@@ -886,7 +886,7 @@ def test_table_responses_carry_the_workflow_print_columns(kubeapi, co):
     assert row["cells"][:5] == ["t", None, False, None, "7"]
     assert row["object"]["metadata"]["namespace"] == NS
     request.full_url += "?watch=true&timeoutSeconds=5"  # kubectl get -w: each event a Table
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    with urllib.request.urlopen(request, timeout=30) as answer:
         event = json.loads(answer.readline())
     assert (event["type"], event["object"]["kind"]) == ("ADDED", "Table")
     assert event["object"]["rows"][0]["cells"][0] == "t"
@@ -995,11 +995,11 @@ def stream_in_thread(co, **kwargs):
 @pytest.mark.parametrize("graceful", [False, True])
 def test_cut_watches_ends_every_open_stream(kubeapi, co, graceful):
     thread, events, outcome = stream_in_thread(co, timeout_seconds=10)
-    wait_for(lambda: kubeapi.open_watches() == 1, "the watch to open", timeout=5.0)
+    wait_for(lambda: kubeapi.open_watches() == 1, "the watch to open")
     co.create_namespaced_custom_object(G, V, NS, "computes", computes("seen"))
-    wait_for(lambda: events, "the first event", timeout=5.0)
+    wait_for(lambda: events, "the first event")
     kubeapi.faults.cut_watches(graceful=graceful)
-    thread.join(5)
+    thread.join(30)
     assert not thread.is_alive() and events == ["ADDED"]
     if graceful:
         assert outcome == {"ended": True}
@@ -1084,13 +1084,13 @@ def test_the_command_line_serves_and_keeps_state(tmp_path):
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=5) as answer:
+        with urllib.request.urlopen(request, timeout=30) as answer:
             assert answer.status == 201
     finally:
         stop(process)
     process, url = serve()
     try:
-        with urllib.request.urlopen(f"{url}/apis/{G}/{V}/computes", timeout=5) as answer:
+        with urllib.request.urlopen(f"{url}/apis/{G}/{V}/computes", timeout=30) as answer:
             assert [o["metadata"]["name"] for o in json.load(answer)["items"]] == ["kept"]
     finally:
         stop(process)

@@ -117,7 +117,7 @@ def test_unknown_fields_are_refused_when_strict_and_pruned_otherwise(kubeapi, co
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 201
         assert answer.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
     assert "bogus" not in kubeapi.store.get("workflows", NS, "wf")["spec"]
@@ -320,7 +320,7 @@ def table_of(kubeapi, path: str) -> dict:
         f"{kubeapi.url}{path}",
         headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
     )
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    with urllib.request.urlopen(request, timeout=30) as answer:
         return json.load(answer)
 
 

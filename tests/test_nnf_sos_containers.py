@@ -106,24 +106,29 @@ def logs(stack, jobid: int) -> tuple[int, str]:
 
 
 def test_a_container_job_runs_and_completes_under_nnf_sos(stack):
-    jobid = started(stack, container("ok"), runtime=1.0)  # PreRun done: nnf-sos saw it ready
+    # runs until finished below: the container runs until PostRun, and is read running here
+    # (a runtime of its own would be a race between these reads and its end)
+    jobid = started(stack, container("ok"), runtime=None)  # PreRun done: nnf-sos saw it ready
     name = workflow_name(stack.identity, jobid)
-    # nnf-sos's Job for the rabbit, owned by the workflow; the pod its controller made, Running
-    [job] = [
-        j
-        for j in stack.api.store.list("jobs", "default")[0]
-        if j["metadata"]["name"] == f"{name}-{RABBIT}"
-    ]
-    assert [o["kind"] for o in job["metadata"]["ownerReferences"]] == ["Workflow"]
-    assert job["status"]["ready"] == 1
-    [pod] = [
-        p
-        for p in stack.api.store.list("pods", "default")[0]
-        if p["metadata"]["name"].startswith(job["metadata"]["name"])
-    ]
-    assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == RABBIT
-    assert pod["metadata"]["labels"]["nnf.cray.hpe.com/container"] == name
-    assert mine(stack, "services", name) == [name]  # nnf-sos's headless Service
+    try:
+        # nnf-sos's Job for the rabbit, owned by the workflow; its controller's pod, Running
+        [job] = [
+            j
+            for j in stack.api.store.list("jobs", "default")[0]
+            if j["metadata"]["name"] == f"{name}-{RABBIT}"
+        ]
+        assert [o["kind"] for o in job["metadata"]["ownerReferences"]] == ["Workflow"]
+        assert job["status"]["ready"] == 1
+        [pod] = [
+            p
+            for p in stack.api.store.list("pods", "default")[0]
+            if p["metadata"]["name"].startswith(job["metadata"]["name"])
+        ]
+        assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == RABBIT
+        assert pod["metadata"]["labels"]["nnf.cray.hpe.com/container"] == name
+        assert mine(stack, "services", name) == [name]  # nnf-sos's headless Service
+    finally:
+        stack.flux.finish(jobid)
     info = stack.wait(jobid, timeout=120)
     assert (info.result, info.exception) == ("COMPLETED", None), info.exception
     assert states_entered(info) == [s.value for s in State]

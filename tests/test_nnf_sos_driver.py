@@ -115,33 +115,39 @@ def test_nnf_sos_reports_the_rabbit_storage_dws_made(stack):
 
 
 def test_an_xfs_job_runs_its_whole_lifecycle_on_nnf_sos(stack):
-    jobid = stack.submit(JOBDW, runtime=1.0)
+    jobid = stack.submit(JOBDW, runtime=None)  # finished below, once read while it runs
     name = workflow_name(stack.identity, jobid)
     stack.wait_event(jobid, "start", timeout=120)  # PreRun done: the job's tasks run
-    uid = stack.api.store.get("workflows", stack.policy.namespace, name)["metadata"]["uid"]
-    # Proposal: nnf-sos's DirectiveBreakdown asks for xfs on each compute's rabbit
-    breakdown = wait_for(lambda: get(stack, "directivebreakdowns", f"{name}-0"), "breakdown", 60)
-    storage = breakdown["status"]["storage"]
-    assert storage["lifetime"] == "job"
-    [aset] = storage["allocationSets"]
-    assert (aset["label"], aset["allocationStrategy"]) == ("xfs", "AllocatePerCompute")
-    # nnf-sos pads the capacity with the default NnfStorageProfile's (getScaledAndPaddedCapacity)
-    profile = stack.api.store.get("nnfstorageprofiles", "nnf-system", "default")
-    assert profile["data"]["xfsStorage"]["allocationPadding"] == "300MiB"
-    assert aset["minimumCapacity"] == 10 * 1024**3 + 300 * 1024**2
-    # Setup: nnf-sos allocated what flux-dws put in the Servers, on the rabbit
-    servers = get(stack, "servers", f"{name}-0")
-    assert [s["name"] for s in servers["spec"]["allocationSets"][0]["storage"]] == [RABBIT]
-    assert servers["status"]["ready"] is True
-    [allocated] = servers["status"]["allocationSets"]
-    assert set(allocated["storage"]) == {RABBIT}
-    assert get(stack, "nnfstorages", f"{name}-0") is not None
-    # PreRun: a ClientMount per compute node, mounted (the compute side played by dwssim)
-    mounts, _ = stack.api.store.list("clientmounts", None)
-    mine = [m for m in mounts if m["metadata"]["namespace"] in COMPUTES]
-    assert len(mine) == 1 and name in mine[0]["metadata"]["name"]  # the job's one node
-    assert mine[0]["spec"]["mounts"][0]["mountPath"] == path_of(stack, uid)
-    assert mine[0]["status"]["allReady"] is True
+    try:
+        uid = stack.api.store.get("workflows", stack.policy.namespace, name)["metadata"]["uid"]
+        # Proposal: nnf-sos's DirectiveBreakdown asks for xfs on each compute's rabbit
+        breakdown = wait_for(
+            lambda: get(stack, "directivebreakdowns", f"{name}-0"), "breakdown", 60
+        )
+        storage = breakdown["status"]["storage"]
+        assert storage["lifetime"] == "job"
+        [aset] = storage["allocationSets"]
+        assert (aset["label"], aset["allocationStrategy"]) == ("xfs", "AllocatePerCompute")
+        # nnf-sos pads the capacity with the default NnfStorageProfile's
+        # (getScaledAndPaddedCapacity)
+        profile = stack.api.store.get("nnfstorageprofiles", "nnf-system", "default")
+        assert profile["data"]["xfsStorage"]["allocationPadding"] == "300MiB"
+        assert aset["minimumCapacity"] == 10 * 1024**3 + 300 * 1024**2
+        # Setup: nnf-sos allocated what flux-dws put in the Servers, on the rabbit
+        servers = get(stack, "servers", f"{name}-0")
+        assert [s["name"] for s in servers["spec"]["allocationSets"][0]["storage"]] == [RABBIT]
+        assert servers["status"]["ready"] is True
+        [allocated] = servers["status"]["allocationSets"]
+        assert set(allocated["storage"]) == {RABBIT}
+        assert get(stack, "nnfstorages", f"{name}-0") is not None
+        # PreRun: a ClientMount per compute node, mounted (the compute side played by dwssim)
+        mounts, _ = stack.api.store.list("clientmounts", None)
+        mine = [m for m in mounts if m["metadata"]["namespace"] in COMPUTES]
+        assert len(mine) == 1 and name in mine[0]["metadata"]["name"]  # the job's one node
+        assert mine[0]["spec"]["mounts"][0]["mountPath"] == path_of(stack, uid)
+        assert mine[0]["status"]["allReady"] is True
+    finally:
+        stack.flux.finish(jobid)
     info = stack.wait(jobid, timeout=120)
     assert (info.result, info.exception) == ("COMPLETED", None), info.exception
     assert states_entered(info) == [s.value for s in State]

@@ -60,9 +60,12 @@ def test_metrics_endpoint_shows_what_happened() -> None:
             samples = scrape(address)
             done = samples.get('flux_dws_transitions_total{state="Teardown"}') == 3
             running = samples.get('flux_dws_jobs{phase="run"}') == 1
-            return samples if done and running else None
+            # a request slower than the 5 s timeout on a loaded machine is judged unreachable
+            # for a moment: the scrape is taken once it is reachable (as it is most of the time)
+            reachable = samples.get("flux_dws_api_reachable") == 1
+            return samples if done and running and reachable else None
 
-        samples = wait_for(settled, "the scrape to show three torn-down jobs", timeout=20)
+        samples = wait_for(settled, "the scrape to show three torn-down jobs", timeout=60)
         for state in LIFECYCLE[1:]:  # a workflow is created in Proposal: no transition
             expected = 4 if state in ("Setup", "DataIn", "PreRun") else 3
             assert samples[f'flux_dws_transitions_total{{state="{state}"}}'] == expected, state
@@ -170,7 +173,7 @@ def test_watchdog_pings_stop_when_the_loop_stalls_not_when_the_api_is_slow(
         notify.read(0.2)  # a ping sent just before the stall may still be in the socket
         assert notify.read(1.0) == []  # ten ping periods: systemd would have killed it
         release.set()
-        notify.until("WATCHDOG=1", timeout=5)
+        notify.until("WATCHDOG=1", timeout=30)
 
 
 # ----------------------------------------------------------------------------- API health
@@ -278,16 +281,17 @@ def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
         assert service is not None
         waiting = stack.submit([DW, "#DW PreRun action=wait"], timeouts={"prerun": "1s"})
         stack.wait_workflow(waiting, State.PRERUN)
-        stack.wait_event(waiting, "exception", timeout=30)  # PreRun's deadline passed
+        stack.wait_event(waiting, "exception", timeout=60)  # PreRun's deadline passed
         held = stack.submit([DW, "#DW PreRun action=wait"], timeouts={"prerun": "1h"})
         stack.wait_workflow(held, State.PRERUN)
 
         def shown() -> str | None:
             code, out, err = cli(["status"], stack)
             assert code == 0, err
-            return out if "last heartbeat" in out and "PreRun" in out else None
+            reachable = "API:      reachable" in out.splitlines()  # (see settled() above)
+            return out if "last heartbeat" in out and "PreRun" in out and reachable else None
 
-        out = wait_for(shown, "flux dws status to show the service", timeout=20)
+        out = wait_for(shown, "flux dws status to show the service", timeout=60)
         lines = out.splitlines()
         assert lines[0].startswith(f"service:  active, pid {os.getpid()} on ")
         assert "up since" in lines[0]
@@ -303,7 +307,7 @@ def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
         assert out.splitlines()[0].startswith("service:  NOT RUNNING")
         stack.start_service()
         stack.cancel(held)
-        stack.wait(held, timeout=30)
+        stack.wait(held, timeout=60)
 
 
 def test_health_view_survives_any_answer() -> None:

@@ -84,7 +84,8 @@ def test_the_service_ends_with_its_instance() -> None:
         assert stack.wait(stack.submit(JOBDW, runtime=0.05), timeout=60).result == "COMPLETED"
         before = len(stack.flux.service_log().splitlines())
         stack.flux.shutdown()
-        assert stack.flux.service_exit(30) == EXIT_UNAVAILABLE
+        status = stack.flux.service_exit(30)
+        assert status == EXIT_UNAVAILABLE, stack.flux.service_log()[-3000:]
         after = [
             line
             for line in stack.flux.service_log().splitlines()[before:]
@@ -130,7 +131,7 @@ def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:
             )
         try:
             wait_for(lambda: "standby:" in standby_log.read_text(), "the standby", 60)
-            wait_for(lambda: "a standby waits" in flux.service_log(), "the active one told", 10)
+            wait_for(lambda: "a standby waits" in flux.service_log(), "the active one told", 60)
             first = stack.submit(JOBDW, runtime=0.1)
             assert stack.wait(first, timeout=60).result == "COMPLETED"  # the first one served it
             assert "job snapshot" not in standby_log.read_text()
@@ -138,7 +139,7 @@ def test_a_standby_service_takes_over_when_the_active_one_is_killed() -> None:
             stack.wait_event(running, "start", timeout=60)
             killed = time.monotonic()
             stack.kill_service()  # SIGKILL the active one with a job running
-            wait_for(lambda: "taking over from pid" in standby_log.read_text(), "takeover", 10)
+            wait_for(lambda: "taking over from pid" in standby_log.read_text(), "takeover", 60)
             print(
                 f"standby took over {time.monotonic() - killed:.2f}s after SIGKILL (heartbeat 1s)"
             )
@@ -173,7 +174,10 @@ def test_the_daemon_tells_systemd_ready_status_and_watchdog(tmp_path, monkeypatc
             ready = next(m for m in messages if "READY=1" in m)
             assert "STATUS=active: 0 #DW job(s) held; API reachable" in ready
             assert "workflow list" in stack.flux.service_log()  # ready after the first reconcile
-            pings = [listener.recv(4096).decode() for _ in range(3)]
-            assert pings.count("WATCHDOG=1") >= 2
+            # pings go on after READY; a STATUS= change (the API judged unreachable on a
+            # slow tick, then reachable again) may come between them, and is not counted
+            pings = 0
+            while pings < 2:  # each recv waits at most the socket's 60 s timeout
+                pings += listener.recv(4096).decode() == "WATCHDOG=1"
     finally:
         listener.close()

@@ -72,7 +72,7 @@ def complete_waiting_driver(stack, jobid: int, state: State) -> None:
     stack.wait_workflow(jobid, state)
     name = workflow_name(stack.identity, jobid)
     store = stack.api.store
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         obj = store.get("workflows", stack.policy.namespace, name)
         drivers = (obj.get("status") or {}).get("drivers") or []
@@ -135,7 +135,7 @@ def test_fatal_error_in_each_state(stack, state):
 def wait_driver_status(stack, jobid: int, status: str) -> dict:
     """The first driver entry of the job's workflow whose status is ``status``, once one is."""
     name = workflow_name(stack.identity, jobid)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             obj = stack.api.store.get("workflows", stack.policy.namespace, name)

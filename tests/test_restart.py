@@ -12,6 +12,7 @@ import time
 
 from flux_dws.core.identity import FINALIZER, INSTANCE_LABEL, JOBID_LABEL
 from flux_dws.core.states import State
+from tests.waiting import wait_for
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"
 
@@ -77,9 +78,12 @@ def test_job_cancelled_while_the_service_is_down_is_torn_down_after(stack):
     info = stack.wait(jobid)
     assert info.result == "CANCELED"
     assert info.events("dws-state")[-1]["context"]["state"] == "Teardown"
-    assert [
-        w for w in stack.workflows() if w["metadata"]["labels"][JOBID_LABEL] == str(jobid)
-    ] == []
+    wait_for(  # the workflow's delete may still be under way (the real DWS's finalizer)
+        lambda: (
+            not [w for w in stack.workflows() if w["metadata"]["labels"][JOBID_LABEL] == str(jobid)]
+        ),
+        "its workflow deleted",
+    )
 
 
 def test_restart_in_every_hold_ends_every_job(stack):

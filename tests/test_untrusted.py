@@ -278,7 +278,7 @@ def test_nul_and_controls_in_a_dws_message_fail_the_job_with_it_escaped_and_tear
 
     with Stack(hosts=2, backend=backend) as stack:
         on_workflows(stack, poison)
-        info = stack.wait(stack.submit([JOBDW, PRERUN_FATAL]), timeout=30)
+        info = stack.wait(stack.submit([JOBDW, PRERUN_FATAL]), timeout=60)
         assert info.exception and info.exception["type"] == "dws"
         assert "bo\\x00om\\n\\x1b[2J" in note(info)
         assert [e["context"]["state"] for e in info.events("dws-state")][-1] == "Teardown"
@@ -297,17 +297,17 @@ def test_an_unreadable_workflow_holds_the_job_then_it_goes_on(backend):
     with Stack(hosts=2, backend=backend) as stack:
         on_workflows(stack, pending)
         jobid = stack.submit(JOBDW, runtime=0.0)
-        event = stack.wait_event(jobid, "dws-workflow-unreadable", timeout=30)
+        event = stack.wait_event(jobid, "dws-workflow-unreadable", timeout=60)
         assert "status.status" in event["context"]["problem"]
         assert "'Pending'" in event["context"]["problem"]
         # held, not taken as deleted: the job has no exception and its workflow is kept
-        assert stack.wait(jobid, "DEPEND", timeout=5).exception is None
+        assert stack.wait(jobid, "DEPEND", timeout=60).exception is None
         assert [w for w in stack.workflows() if w["metadata"]["name"].endswith(f"-{jobid}")]
         broken.clear()
         assert stack.api is not None
         name = f"fluxjob-{stack.identity}-{jobid}"
         stack.api.store.patch("workflows", "default", name, {"status": {"status": "Completed"}})
-        info = stack.wait(jobid, timeout=30)
+        info = stack.wait(jobid, timeout=60)
         assert info.result == "COMPLETED", info.exception
         assert_clean(stack, info)
 
@@ -321,21 +321,21 @@ def test_an_unreadable_workflow_at_start_up_is_not_taken_as_deleted():
 
     with Stack(hosts=2) as stack:
         on_workflows(stack, pending)
-        jobid = stack.submit(JOBDW, runtime=30.0)
-        stack.wait(jobid, "RUN", timeout=30)
+        jobid = stack.submit(JOBDW, runtime=None)  # runs until cancelled below
+        stack.wait(jobid, "RUN", timeout=60)
         stack.kill_service()
         assert stack.api is not None
         name = f"fluxjob-{stack.identity}-{jobid}"
         broken.set()
         stack.api.store.patch("workflows", "default", name, {"metadata": {"labels": {"x": "1"}}})
         stack.start_service()
-        event = stack.wait_event(jobid, "dws-workflow-unreadable", timeout=30)
+        event = stack.wait_event(jobid, "dws-workflow-unreadable", timeout=60)
         assert "status.status" in event["context"]["problem"]
         assert stack.flux.info(jobid).exception is None
         broken.clear()
         stack.api.store.patch("workflows", "default", name, {"status": {"status": "Completed"}})
         stack.cancel(jobid)
-        info = stack.wait(jobid, timeout=30)
+        info = stack.wait(jobid, timeout=60)
         assert "deleted outside" not in note(info)
         assert_clean(stack, info)
 
@@ -352,9 +352,9 @@ def test_a_permanent_create_error_fails_the_job_at_once_and_frees_its_proposal_s
         stack.api.store.add_admission("workflows", refuse)
         bad = stack.submit("#DW jobdw type=xfs capacity=10GiB name=huge")
         good = stack.submit(JOBDW, runtime=0.0)
-        info = stack.wait(bad, timeout=30)
+        info = stack.wait(bad, timeout=60)
         assert "Request entity too large" in note(info), note(info)
-        assert stack.wait(good, timeout=30).result == "COMPLETED"
+        assert stack.wait(good, timeout=60).result == "COMPLETED"
 
 
 def test_transient_create_errors_are_bounded_by_the_proposal_timeout():
@@ -384,7 +384,7 @@ def unknown_uid() -> int:
 def test_a_user_without_a_group_is_failed_never_given_gid_equal_uid():
     with Stack(hosts=2, config={"restrict-persistent": False}) as stack:
         uid = unknown_uid()
-        info = stack.wait(stack.submit(JOBDW, userid=uid), timeout=30)
+        info = stack.wait(stack.submit(JOBDW, userid=uid), timeout=60)
         assert "no passwd entry" in note(info), note(info)
         assert stack.workflows_left() == []
         assert stack.service is not None and uid not in stack.service.executor.gids  # not cached
@@ -402,7 +402,7 @@ def test_a_bad_environment_variable_fails_the_job_naming_it(env, named, backend)
 
     with Stack(hosts=2, backend=backend) as stack:
         on_workflows(stack, add_env)
-        info = stack.wait(stack.submit(JOBDW), timeout=30)
+        info = stack.wait(stack.submit(JOBDW), timeout=60)
         assert named in note(info), note(info)
         assert "start" not in [e["name"] for e in info.eventlog]
         assert_clean(stack, info)
@@ -416,7 +416,7 @@ def test_a_token_secret_elsewhere_than_dws_puts_it_fails_the_copy_offload_job():
 
     with Stack(hosts=2) as stack:
         on_workflows(stack, elsewhere)
-        info = stack.wait(stack.submit(f"{JOBDW} requires=copy-offload"), timeout=30)
+        info = stack.wait(stack.submit(f"{JOBDW} requires=copy-offload"), timeout=60)
         assert "workflowToken" in note(info) and "kube-system" in note(info), note(info)
         assert "DW_WORKFLOW_TOKEN" not in (info.env or {})
         assert_clean(stack, info)
@@ -431,7 +431,7 @@ def test_a_copy_offload_job_whose_token_is_missing_fails_instead_of_starting():
             return new
 
         stack.api.store.add_admission("secrets", no_token)
-        info = stack.wait(stack.submit(f"{JOBDW} requires=copy-offload"), timeout=30)
+        info = stack.wait(stack.submit(f"{JOBDW} requires=copy-offload"), timeout=60)
         assert "copy-offload" in note(info) and "token" in note(info), note(info)
         assert "start" not in [e["name"] for e in info.eventlog]
         assert_clean(stack, info)
@@ -475,7 +475,7 @@ def test_a_name_taken_by_a_workflow_that_is_not_ours_fails_the_job_clearly():
             raise ApiError(409, "AlreadyExists", "workflows already exists")
 
         store.add_admission("workflows", squat)
-        info = stack.wait(stack.submit(JOBDW), timeout=30)
+        info = stack.wait(stack.submit(JOBDW), timeout=60)
         assert "already exists and is not this instance's" in note(info), note(info)
         assert not info.holds
         (foreign,) = store.list("workflows", "default")[0]
@@ -491,7 +491,7 @@ def test_a_client_that_refuses_the_call_fails_the_job_at_once_not_after_endless_
         kube._merge_patch = {"_no_such_keyword": "x"}  # the real client refuses it
         before = kube.request_counts().get("patch", 0)
         jobid = stack.submit(JOBDW, runtime=0.0)
-        event = stack.wait_event(jobid, "exception", timeout=30)
+        event = stack.wait_event(jobid, "exception", timeout=60)
         assert "_no_such_keyword" in event["context"]["note"], event
         assert kube.request_counts().get("patch", 0) - before <= 4
         kube._merge_patch = merge_patch_kwargs(kube._custom.patch_namespaced_custom_object)
@@ -510,7 +510,7 @@ def test_teardown_is_asked_even_when_flux_refuses_the_exception():
 
         jm.raise_exception = refused  # type: ignore[method-assign]
         jobid = stack.submit([JOBDW, PRERUN_FATAL])
-        stack.wait_workflow(jobid, State.TEARDOWN, timeout=30)
+        stack.wait_workflow(jobid, State.TEARDOWN, timeout=60)
         jm.raise_exception = real_raise  # type: ignore[method-assign]
         info = stack.wait(jobid, timeout=60)
         assert "Reported error: boom" in note(info), note(info)
@@ -625,7 +625,7 @@ def test_a_bad_directive_breakdown_fails_the_job_clearly_instead_of_retrying(cha
     with Stack(hosts=2) as stack:
         assert stack.api is not None
         stack.api.store.add_admission("directivebreakdowns", spoil)
-        info = stack.wait(stack.submit(JOBDW), timeout=30)
+        info = stack.wait(stack.submit(JOBDW), timeout=60)
         assert expected in note(info), note(info)
         assert "debugMessage" not in note(info) and "not found" not in note(info)
         assert_clean(stack, info)
@@ -659,13 +659,13 @@ def test_a_job_held_for_an_unreadable_workflow_keeps_no_proposal_slot():
     with Stack(hosts=2, config={"max-proposals": 1}) as stack:
         on_workflows(stack, pending)
         held = stack.submit("#DW jobdw type=xfs capacity=1GiB name=odd", runtime=0.0)
-        stack.wait_event(held, "dws-workflow-unreadable", timeout=30)
+        stack.wait_event(held, "dws-workflow-unreadable", timeout=60)
         other = stack.submit(JOBDW, runtime=0.0)
-        assert stack.wait(other, timeout=30).result == "COMPLETED"
+        assert stack.wait(other, timeout=60).result == "COMPLETED"
         broken.clear()
         assert stack.api is not None
         name = f"fluxjob-{stack.identity}-{held}"
         stack.api.store.patch("workflows", "default", name, {"status": {"status": "Completed"}})
-        info = stack.wait(held, timeout=30)
+        info = stack.wait(held, timeout=60)
         assert info.result == "COMPLETED", info.exception
         assert_clean(stack, info)

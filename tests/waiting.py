@@ -9,7 +9,7 @@ from typing import Any, Callable
 import pytest
 
 
-def wait_for(condition: Callable[[], Any], what: str = "condition", timeout: float = 10.0) -> Any:
+def wait_for(condition: Callable[[], Any], what: str = "condition", timeout: float = 60.0) -> Any:
     """Poll ``condition`` until truthy and return its value; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

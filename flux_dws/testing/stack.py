@@ -467,7 +467,7 @@ class Stack:
         assert self.flux is not None
         return self.flux.wait_event(jobid, name, timeout=timeout)
 
-    def wait_workflow(self, jobid: int, state: State, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_workflow(self, jobid: int, state: State, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until the job's workflow has entered ``state`` (status.state)."""
         assert self.api is not None
         name = workflow_name(self.identity, jobid)
@@ -483,7 +483,7 @@ class Stack:
         raise TimeoutError(f"workflow {name} did not reach {state.value} within {timeout}s")
 
     def left_behind(
-        self, jobid: int, plurals: Sequence[str] = ("workflows", "computes"), timeout: float = 30.0
+        self, jobid: int, plurals: Sequence[str] = ("workflows", "computes"), timeout: float = 60.0
     ) -> list[str]:
         """Which of the job's workflow and the objects of its name (the Computes DWS made)
         are still there after ``timeout``: the real DWS deletes them after the service's
@@ -554,7 +554,7 @@ class Stack:
         )
         return items
 
-    def workflows_left(self, timeout: float = 30.0) -> list[str]:
+    def workflows_left(self, timeout: float = 60.0) -> list[str]:
         """The names of this instance's workflows still there after up to ``timeout``: a job
         that failed before it started is inactive while its workflow's Teardown and delete
         still run (no epilog waits for them), and a stack shared by a module's tests can hold
