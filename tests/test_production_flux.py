@@ -96,6 +96,45 @@ def test_the_service_ends_with_its_instance() -> None:
         assert after[0].endswith("); stopping")
 
 
+def test_the_loop_tells_a_reactor_failure_on_a_live_instance_from_a_lost_instance() -> None:
+    import flux
+
+    from flux_dws.flux.reactor import FluxLoop, FluxTransport
+    from flux_dws.testing.realflux import RealFlux
+
+    instance = RealFlux(["node0"], {}).start()
+    try:
+        handle = flux.Flux(instance.uri)
+        loop = FluxLoop(handle)
+        loop.call_soon(handle.reactor_stop_error)  # as libflux does when receiving fails
+        loop.run()  # returns: never raises
+        assert isinstance(loop.broken, OSError)
+        assert loop.instance_answers()  # the daemon then exits 1, to be restarted
+
+        answered = []
+
+        def buggy(response: object, error: object) -> None:
+            answered.append(error)
+            raise ValueError("a bug in a response callback")
+
+        FluxTransport(handle).rpc("no-such-method", {}, buggy)
+        loop.call_later(5.0, loop.stop)
+        loop.run()  # the callback's exception is logged; the reactor runs on until stop()
+        assert len(answered) == 1 and loop.broken is None
+
+        def raising(*_: object) -> None:
+            raise RuntimeError("a bug in a watcher")
+
+        watcher = handle.timer_watcher_create(0.01, raising)
+        watcher.start()
+        loop.run()  # the bindings stop the reactor and re-raise: kept, not raised
+        assert isinstance(loop.broken, RuntimeError)
+        instance.stop()
+        assert not loop.instance_answers()  # the instance is gone: the daemon exits 69
+    finally:
+        instance.stop()
+
+
 def test_a_started_job_without_release_is_torn_down_after_an_instance_restart() -> None:
     options = {"persist": True, "broker_env": {"FLUX_DISABLE_JOB_CLEANUP": "t"}}
     with Stack({"heartbeat": "1s"}, hosts=2, backend="flux", realflux=options) as stack:

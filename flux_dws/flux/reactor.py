@@ -58,8 +58,29 @@ class FluxLoop(Loop):
         self._timer.start()
 
     def run(self) -> None:
+        """Run the reactor until ``stop()``, or until it stops by itself: with no watcher
+        left, or with an error (libflux stops it so when receiving from the broker fails;
+        the bindings do when a callback raised, and re-raise that exception here).  An error
+        end is kept in ``broken``, never raised: the caller tells a lost instance from a
+        failure on a live one (:meth:`instance_answers`)."""
+        self.broken: BaseException | None = None
         self.call_soon(lambda: None)  # serve anything queued before the reactor started
-        self.handle.reactor_run()
+        try:
+            rc = self.handle.reactor_run()
+        except Exception as exc:
+            self.broken = exc
+            return
+        if isinstance(rc, int) and rc < 0:
+            self.broken = OSError("the reactor stopped with an error")
+
+    def instance_answers(self, timeout: float = 10.0) -> bool:
+        """Whether the broker still answers a ping: after the reactor stopped by itself, tells
+        an instance that went away from a reactor that failed on a live one."""
+        try:
+            self.handle.rpc("broker.ping", {"seq": 0, "pad": ""}).wait_for(timeout).get()
+        except (OSError, TimeoutError):
+            return False
+        return True
 
     def stop(self) -> None:
         self.call_soon(self.handle.reactor_stop)
@@ -90,9 +111,9 @@ class FluxTransport:
         try:
             response = future.get()
         except OSError as exc:
-            on_done(None, _rpc_error(future, exc))
+            _answer(on_done, None, _rpc_error(future, exc))
         else:
-            on_done(response or {}, None)
+            _answer(on_done, response or {}, None)
 
     def stream(self, method: str, payload: Payload, on_response: Callback) -> Callable[[], None]:
         from flux.constants import FLUX_RPC_STREAMING
@@ -118,15 +139,24 @@ class FluxTransport:
         except OSError as exc:
             if state["open"]:
                 state["open"] = False
-                on_response(None, _rpc_error(future, exc))
+                _answer(on_response, None, _rpc_error(future, exc))
             return
         future.reset()
         if state["open"]:
-            on_response(response or {}, None)
+            _answer(on_response, response or {}, None)
 
     def close(self) -> None:
         for state in self._streams:
             state["open"] = False
+
+
+def _answer(callback: Callback, response: Payload | None, error: RpcError | None) -> None:
+    """Hand a response to its callback; a callback that raises is logged, as the loop's are
+    (flux_dws.base.loop), never left to the bindings, which would stop the reactor with it."""
+    try:
+        callback(response, error)
+    except Exception:
+        log.exception("a job-manager response callback failed")
 
 
 def _rpc_error(future: Any, exc: OSError) -> RpcError:

@@ -8,7 +8,9 @@ Flux instance to serve, or the one it served went away (``flux shutdown``), it e
 EXIT_UNAVAILABLE (69, EX_UNAVAILABLE).  The systemd unit lists both in
 RestartPreventExitStatus, so neither is restarted in a loop (the unit is bound to
 flux.service, which starts it again with the instance); an API server that is merely
-unreachable is retried (with backoff) while the jobs stay held.  SIGTERM ends it with 0.
+unreachable is retried (with backoff) while the jobs stay held.  SIGTERM ends it with 0.  A
+reactor that fails on an instance that still answers ends it with EXIT_FAILED (1): the unit
+restarts it.
 
 Under systemd (``Type=notify``) it reports through flux_dws.service.notify: STATUS= lines, READY=1
 after the first reconcile, WATCHDOG=1 from the event loop (flux_dws.service.upkeep).
@@ -17,6 +19,7 @@ after the first reconcile, WATCHDOG=1 from the event loop (flux_dws.service.upke
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -32,6 +35,7 @@ from flux_dws.flux.bindings import FluxUnavailable, import_flux, run_under_flux_
 
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Flux instance to serve, or it went away
+EXIT_FAILED = 1  # the reactor failed on a live instance: systemd restarts the service
 CONNECT_RETRY_MAX = 60.0  # seconds between attempts to reach an unreachable API at start-up
 #: A traceback in the log (its exception text may quote a whole Kubernetes answer).
 TRACEBACK_LIMIT = 4 * untrusted.LOG_LIMIT
@@ -180,17 +184,45 @@ def serve(handle: Any, policy: Policy, identity: str) -> int:
     )
     loop.call_soon(service.start)
     loop.run()
+    failed = False
     if not asked_to_stop and not service.presence.instance_gone:
-        # The reactor ended by itself: the handle's connection to the broker closed.
-        log.warning("the Flux instance is gone (its connection closed); stopping")
-        service.presence.instance_gone = True
+        # The reactor ended by itself: the handle's connection to the broker closed or broke
+        # (libflux stops the reactor with an error when receiving fails) -- or it failed on an
+        # instance that is still there, which a restart of this service mends.
+        broken = loop.broken
+        if broken is not None and loop.instance_answers():
+            log.error(
+                "the Flux reactor stopped with an error (%s) while the instance still "
+                "answers; exiting so that the service is restarted; jobs stay held",
+                _describe(broken),
+                exc_info=None if isinstance(broken, OSError) else broken,  # a callback's bug
+            )
+            failed = True
+        else:
+            why = (
+                f"its connection broke: {_describe(broken)}" if broken else "its connection closed"
+            )
+            log.warning("the Flux instance is gone (%s); stopping", why)
+            service.presence.instance_gone = True
     service.stop()
     kube.close()
     notifier.close()
     if service.presence.instance_gone:
         return EXIT_UNAVAILABLE  # said in one line already
+    if failed:
+        return EXIT_FAILED
     log.info("stopped")
     return 0
+
+
+def _describe(error: BaseException) -> str:
+    """``ECONNRESET: Connection reset by peer`` (as flux_dws.flux.transport's RpcError says),
+    or the exception a callback raised, with its type."""
+    if not isinstance(error, OSError):
+        return f"{type(error).__name__}: {error}"
+    name = errno.errorcode.get(error.errno or 0, "") if error.errno else ""
+    text = error.strerror or str(error) or "no reason given"
+    return f"{name}: {text}" if name else text
 
 
 def _sleep_pinging(notifier: Any, seconds: float) -> None:
