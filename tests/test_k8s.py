@@ -9,10 +9,12 @@ asserts on wall time; waits are for conditions, bounded so a bug fails instead o
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import socket
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -768,10 +770,12 @@ def test_urgent_calls_find_a_reserved_thread_while_others_fill_the_rest():
         worker.stop()
 
 
-def test_urgent_calls_overtake_queued_ones():
+@contextlib.contextmanager
+def busy_worker(threads: int, reserved: int) -> Iterator[tuple[KubeWorker, threading.Event]]:
+    """A KubeWorker whose one thread for work that can wait is held by a call until the
+    event is set (the test sets it; leaving sets it too, and stops the worker)."""
     release, running = threading.Event(), threading.Event()
-    order: list[str] = []
-    worker = KubeWorker(threads=1, reserved=0, deliver=run_here)
+    worker = KubeWorker(threads=threads, reserved=reserved, deliver=run_here)
 
     def first() -> None:
         running.set()
@@ -780,30 +784,27 @@ def test_urgent_calls_overtake_queued_ones():
     try:
         worker.submit(first, on_done=lambda r, e: None)
         assert running.wait(10)
-        for name, urgent in (("read", False), ("create", False), ("dataIn", True)):
-            worker.submit(order.append, name, on_done=lambda r, e: None, urgent=urgent)
-        release.set()
-        wait_for(lambda: len(order) == 3, what="the queued calls")
-        assert order == ["dataIn", "read", "create"]
+        yield worker, release
     finally:
         release.set()
         worker.stop()
 
 
+def test_urgent_calls_overtake_queued_ones():
+    order: list[str] = []
+    with busy_worker(threads=1, reserved=0) as (worker, release):
+        for name, urgent in (("read", False), ("create", False), ("dataIn", True)):
+            worker.submit(order.append, name, on_done=lambda r, e: None, urgent=urgent)
+        release.set()
+        wait_for(lambda: len(order) == 3, what="the queued calls")
+    assert order == ["dataIn", "read", "create"]
+
+
 def test_soon_calls_overtake_queued_ones_on_the_threads_for_work_that_can_wait():
     """A moving job's records (soon) go before new jobs' creates, after any next state, and
     never on a reserved thread (they may wait for a watch)."""
-    release, running = threading.Event(), threading.Event()
     order: list[str] = []
-    worker = KubeWorker(threads=2, reserved=1, deliver=run_here)
-
-    def first() -> None:
-        running.set()
-        release.wait(10)
-
-    try:
-        worker.submit(first, on_done=lambda r, e: None)
-        assert running.wait(10)
+    with busy_worker(threads=2, reserved=1) as (worker, release):
         for name in ("create", "output"):
             worker.submit(order.append, name, on_done=lambda r, e: None, soon=name == "output")
         worker.submit(order.append, "dataOut", on_done=lambda r, e: None, urgent=True)
@@ -811,10 +812,7 @@ def test_soon_calls_overtake_queued_ones_on_the_threads_for_work_that_can_wait()
         assert worker.queued() == 2  # the output waits for the busy thread, as the create does
         release.set()
         wait_for(lambda: len(order) == 3, what="the queued calls")
-        assert order == ["dataOut", "output", "create"]
-    finally:
-        release.set()
-        worker.stop()
+    assert order == ["dataOut", "output", "create"]
 
 
 @pytest.mark.parametrize("threads, reserved", [(0, 0), (4, 4), (4, -1)])
