@@ -551,6 +551,7 @@ class RealFlux:
             except (OSError, subprocess.SubprocessError) as exc:
                 text = f"(unavailable: {exc})"
             parts.append(f"\n--- {what} ---\n{text[-2000:]}")
+        parts.append(f"\n--- job shells ---\n{_shell_processes(jobid)}")
         return "".join(parts)
 
     def wait_event(self, jobid: int, name: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -564,6 +565,25 @@ class RealFlux:
                 raise LookupError(f"job {jobid} ended without a {name} event")
             time.sleep(0.05)
         raise TimeoutError(f"job {jobid}: no {name} event within {timeout}s")
+
+
+def _shell_processes(jobid: int) -> str:
+    """The job's flux-shell processes and their children on this machine, each with its
+    state and the kernel function it waits in: where a shell that never reached shell.init
+    is stuck, when its log says nothing."""
+    lines = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if not (argv[0].endswith(b"flux-shell") and argv[1:2] == [str(jobid).encode()]):
+                continue
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            wchan = (proc / "wchan").read_text() or "-"
+            children = (proc / "task" / proc.name / "children").read_text().split()
+        except (OSError, IndexError):
+            continue
+        lines.append(f"pid {proc.name} state {stat[0]} waiting in {wchan}; children {children}")
+    return "\n".join(lines) or "(no flux-shell process of this job)"
 
 
 _STATE_NAMES = {
