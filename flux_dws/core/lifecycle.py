@@ -569,7 +569,7 @@ def _record(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[
     elif not wf.transient and job.transient is not None:
         events.append(PostEvent("dws-transient", {"state": state.value, "since": None}))
     outcome = wf.container
-    if outcome.state in _TERMINAL_CONTAINER and job.container_recorded is not outcome.state:
+    if _output_unsaved(job, wf):
         event: dict[str, Any] = {
             "state": outcome.state.value,
             "phase": outcome.phase.value if outcome.phase else None,
