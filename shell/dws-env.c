@@ -31,9 +31,7 @@
  * Until that event is in view (or when PreRun has no timeout) the watch has no
  * limit of its own, and says every NOTICE_INTERVAL that it is still waiting; a
  * fatal exception (the job's time limit, a cancel, the service failing the
- * job) ends it.  When the watch stays silent for LOOKUP_AFTER seconds, the
- * whole eventlog is read once with job-info.lookup, and that is enough when it
- * already shows this shell's start: a stalled watch costs seconds, not the job.
+ * job) ends it.
  *
  * Only jobs with attributes.system.dw do anything: the check is a lookup in
  * the jobspec the shell already holds, so other jobs pay nothing.
@@ -47,7 +45,6 @@
 
 #include <errno.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <jansson.h>
@@ -64,13 +61,6 @@ static const double DEADLINE_GRACE = 60.;
 static const double NOTICE_INTERVAL = 60.;
 /* Seconds to wait for the end of the watch stream after cancelling it. */
 static const double CANCEL_TIMEOUT = 5.;
-/* Seconds without a watch response, the scan still short of this shell's start,
- * after which the whole eventlog is read once with job-info.lookup: the watch has
- * been seen to stall (flux-core 0.88) with every event this shell needs already
- * in the eventlog, which left the job in shell.init until its deadline. */
-static const double LOOKUP_AFTER = 5.;
-/* Seconds to wait for that lookup's answer. */
-static const double LOOKUP_TIMEOUT = 10.;
 
 /* What the eventlog has shown so far. */
 struct scan {
@@ -166,45 +156,6 @@ static void watch_destroy (flux_future_t *f)
     flux_future_destroy (f);
 }
 
-/* Read the whole eventlog once into a fresh scan; true when it shows this shell's
- * start, and then *scan holds it (the caller's env_event reference is replaced). */
-static bool lookup_complete (flux_t *h, flux_jobid_t id, struct scan *scan)
-{
-    flux_future_t *f;
-    const char *eventlog = NULL;
-    struct scan fresh = { 0 };
-    char *copy = NULL;
-    char *line, *saveptr = NULL;
-    bool complete = false;
-
-    if (!(f = flux_rpc_pack (h,
-                             "job-info.lookup",
-                             FLUX_NODEID_ANY,
-                             0,
-                             "{s:I s:[s] s:i}",
-                             "id", (json_int_t)id,
-                             "keys", "eventlog",
-                             "flags", 0))
-        || flux_future_wait_for (f, LOOKUP_TIMEOUT) < 0
-        || flux_rpc_get_unpack (f, "{s:s}", "eventlog", &eventlog) < 0
-        || !(copy = strdup (eventlog))) {
-        shell_debug ("job eventlog lookup failed: %s", strerror (errno));
-        goto done;
-    }
-    for (line = strtok_r (copy, "\n", &saveptr); line; line = strtok_r (NULL, "\n", &saveptr))
-        scan_event (&fresh, line);
-    if ((complete = scan_complete (&fresh))) {
-        json_decref (scan->env_event);
-        *scan = fresh;
-        fresh.env_event = NULL;
-    }
-done:
-    json_decref (fresh.env_event);
-    free (copy);
-    flux_future_destroy (f);
-    return complete;
-}
-
 /* Read the job eventlog up to the point that started this shell.
  * Returns 0 once it has, or -1 (logged) when it cannot be read or the wait ran
  * DEADLINE_GRACE past the job's PreRun deadline; either way scan holds what was read.
@@ -216,8 +167,6 @@ static int scan_eventlog (flux_shell_t *shell, flux_jobid_t id, struct scan *sca
     const char *line;
     double started = now ();
     double waited = 0.;
-    double quiet = 0.; /* seconds since the watch's last response */
-    double noticed = 0.; /* seconds waited at the last "still waiting" notice */
     int rc = 0;
 
     if (!(f = flux_job_event_watch (h, id, "eventlog", 0))) {
@@ -225,7 +174,7 @@ static int scan_eventlog (flux_shell_t *shell, flux_jobid_t id, struct scan *sca
         return -1;
     }
     while (!scan_complete (scan)) {
-        double wait = LOOKUP_AFTER;
+        double wait = NOTICE_INTERVAL;
         if (scan->prerun_deadline > 0.) {
             double left = scan->prerun_deadline + DEADLINE_GRACE - now ();
             if (left <= 0.) {
@@ -240,22 +189,10 @@ static int scan_eventlog (flux_shell_t *shell, flux_jobid_t id, struct scan *sca
         }
         if (flux_future_wait_for (f, wait) < 0) {
             waited = now () - started;
-            quiet += wait;
-            if (quiet >= LOOKUP_AFTER) {
-                quiet = 0.;
-                if (lookup_complete (h, id, scan)) {
-                    shell_debug ("job eventlog watch silent for %.0fs: read it whole instead",
-                                 LOOKUP_AFTER);
-                    break;
-                }
-            }
-            if (scan->prerun_deadline <= 0. && waited - noticed >= NOTICE_INTERVAL) {
-                noticed = waited;
+            if (scan->prerun_deadline <= 0.)
                 shell_warn ("still waiting for the %s event after %.0fs", ENV_EVENT, waited);
-            }
             continue;
         }
-        quiet = 0.;
         if (flux_job_event_watch_get (f, &line) < 0) {
             if (errno != ENODATA) {
                 const char *why = flux_future_error_string (f);
