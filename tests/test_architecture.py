@@ -9,10 +9,10 @@ import re
 import typing
 from pathlib import Path
 
-from flux_dws.core import actions, lifecycle
+from flux_dws.core import actions, failing, lifecycle
 from flux_dws.core.policy import Policy
 from flux_dws.k8s.watch import ResourceWatch, WorkflowWatch
-from flux_dws.service import dispatch, failures
+from flux_dws.service import dispatch
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -75,7 +75,7 @@ def test_architecture_quotes_the_codes_figures():
     assert f"between {low} and {2 * low} seconds" in text
     assert "int(self._watch_timeout * (1 + random.random()))" in inspect.getsource(ResourceWatch)
     assert f"{watch['read_margin'].default:g} seconds longer" in text
-    assert f"from {failures.RETRY_MIN:g} s doubling up to {failures.RETRY_MAX:g} s" in text
+    assert f"from {failing.RETRY_MIN:g} s doubling up to {failing.RETRY_MAX:g} s" in text
     assert f"every ``[dws] heartbeat`` ({Policy.heartbeat:g} s by default)" in text
     missed = re.search(r"#define MISSED_HEARTBEATS (\d+)", JOBTAP.read_text()).group(1)
     assert {"3": "three"}[missed] + " heartbeats" in text

@@ -227,9 +227,9 @@ def planner(needs, hosts):
 
 
 def test_two_jobs_planned_before_the_watch_shows_either_keep_apart():
-    """Two workers plan at once: the first plan's claim keeps the second off its rabbit, and
-    goes once the watch shows the Servers (or they are deleted)."""
-    book = Placements(kube=None)  # type: ignore[arg-type] # listed: never reads Kubernetes
+    """Two jobs plan one after the other: the first plan's claim keeps the second off its
+    rabbit, and goes once the watch shows the Servers (or they are deleted)."""
+    book = Placements()
     book.listed()
     persistent = servers_object("p", plan_servers(lustre("p"), ["c9"], {"c9": "rabbit-9"}))
     persistent["metadata"]["labels"] = {OWNER_KIND_LABEL: "PersistentStorageInstance"}
@@ -255,7 +255,7 @@ def test_two_jobs_planned_before_the_watch_shows_either_keep_apart():
 
 
 def test_a_claim_whose_servers_the_watch_never_saw_goes_when_its_patch_fails():
-    book = Placements(kube=None)  # type: ignore[arg-type]
+    book = Placements()
     book.listed()
     plan, _ = book.plan(lustre("a"), planner(lustre("a"), ["c1"]))
     book.settle(plan, False)  # e.g. 404: no Servers, and no watch event will ever come
@@ -269,14 +269,18 @@ def test_without_a_watch_every_servers_is_listed_when_a_job_needs_it(kubeapi):
         other["metadata"]["namespace"] = "elsewhere"  # another instance's namespace
         kubeapi.store.create("namespaces", None, {"metadata": {"name": "elsewhere"}})
         kubeapi.store.create("servers", "elsewhere", other)
-        book = Placements(kube)  # no watch: health is not ours
-        plan, _ = book.plan(lustre("a"), planner(lustre("a"), ["c1", "c2"]))
+        book = Placements()  # no watch: health is not ours
+        assert book.must_list(lustre("a"))
+        items, _ = kube.list_servers()  # what the handler reads on a worker first
+        plan, _ = book.plan(lustre("a"), planner(lustre("a"), ["c1", "c2"]), items)
         assert mgt_of(plan, "a") == ["rabbit-1"]
         book.settle(plan, True)  # no claim is kept: the next list reads what was written
-        plan, _ = book.plan(lustre("b"), planner(lustre("b"), ["c1", "c2"]))
+        items, _ = kube.list_servers()
+        plan, _ = book.plan(lustre("b"), planner(lustre("b"), ["c1", "c2"]), items)
         assert mgt_of(plan, "b") == ["rabbit-1"]  # b's Servers were never written
         # a job with no exclusive set reads nothing
         xfs = [AllocationNeed("x", ("default", "x"), "xfs", PER_COMPUTE, GIB)]
+        assert not book.must_list(xfs)
         assert book.plan(xfs, planner(xfs, ["c1"]))[1] == {}
     finally:
         kube.close()

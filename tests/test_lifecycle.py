@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from flux_dws.base.jobid import f58
 from flux_dws.core import actions as act
 from flux_dws.core import lifecycle as lc
+from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.identity import FINALIZER
 from flux_dws.core.jobview import EXCEPTION_TYPE, JobException, JobPhase, JobView, ProposalInfo
@@ -227,6 +228,43 @@ def test_teardown_done_deletes_then_epilog_finishes():
     assert kinds(decide(j, None, POLICY, NOW)) == ["FinishEpilog"]
     released = wf(State.TEARDOWN, deleting=True, finalizers=("dataworkflowservices/x",))
     assert kinds(decide(j, released, POLICY, NOW)) == ["FinishEpilog"]
+
+
+def test_a_job_that_ran_gets_the_teardown_reason_it_was_not_raised_with():
+    """The service stopped between the Teardown patch and the raise (seen in the chaos test,
+    once the raise waited for the patch's answer): the recorded reason is raised, once."""
+    reason = "PostRun failed: user container(s) failed to complete after 300 seconds"
+    j = job(JobPhase.EPILOG, started=True, **recorded(State.TEARDOWN, teardown_reason=reason))
+    actions = decide(j, wf(State.TEARDOWN, ready=False), POLICY, NOW)
+    assert of(actions, act.RaiseException) == [act.RaiseException(reason)]
+    raised = dataclasses.replace(j, exception=JobException("dws", 0, reason))
+    assert (
+        of(decide(raised, wf(State.TEARDOWN, ready=False), POLICY, NOW), act.RaiseException) == []
+    )
+    assert kinds(decide(raised, wf(State.TEARDOWN), POLICY, NOW)) == ["DeleteWorkflow"]
+    # a job torn down with no reason (cancelled) gets none
+    assert (
+        of(
+            decide(
+                job(JobPhase.EPILOG, started=True, **recorded(State.TEARDOWN)),
+                wf(State.TEARDOWN, ready=False),
+                POLICY,
+                NOW,
+            ),
+            act.RaiseException,
+        )
+        == []
+    )
+
+
+def test_a_refusal_found_while_acting_is_raised_once():
+    refusal = Refusal("cannot place the job's storage: no rabbit", state=State.SETUP)
+    j = job(JobPhase.PROLOG, **recorded(State.PROPOSAL), refusal=refusal)
+    (raised,) = decide(j, wf(State.PROPOSAL), POLICY, NOW)
+    assert isinstance(raised, act.RaiseException)
+    assert raised.note.startswith("Setup failed: cannot place the job's storage: no rabbit")
+    failed = dataclasses.replace(j, exception=JobException("dws", 0, raised.note))
+    assert of(decide(failed, wf(State.PROPOSAL), POLICY, NOW), act.RaiseException) == []
 
 
 # ----------------------------------------------------------------------------- failures

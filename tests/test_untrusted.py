@@ -9,6 +9,7 @@ by admission hooks on kubeapi's store, as a misbehaving controller would write i
 from __future__ import annotations
 
 import copy
+import dataclasses
 import errno
 import os
 import pwd
@@ -23,7 +24,8 @@ from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import jansson_problem, json_safe
 from flux_dws.base.untrusted import text as one_line
 from flux_dws.core.actions import RaiseException
-from flux_dws.core.jobview import JobPhase, JobView
+from flux_dws.core.failing import give_up
+from flux_dws.core.jobview import JobException, JobPhase, JobView
 from flux_dws.core.lifecycle import decide
 from flux_dws.core.policy import Policy, policy_from_table
 from flux_dws.core.request import MAX_DIRECTIVE_BYTES, request_from_attributes
@@ -39,8 +41,7 @@ from flux_dws.flux.records import job_view
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s.calls import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
-from flux_dws.service.failures import FailureRules
-from flux_dws.service.jobs import Tracked
+from flux_dws.service.outcome import Retry, outcome_of
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.stack import Stack
@@ -223,14 +224,23 @@ def test_a_recoverable_breakdown_error_on_a_ready_breakdown_is_not_a_failure():
 
 
 def test_a_pending_breakdown_is_retried_within_the_state_timeout_not_failed():
-    rules = FailureRules(Policy())
-    tracked = Tracked(1)
-    tracked.record = {}
+    policy = Policy()
+    job = JobView(1, JobPhase.DEPEND, userid=1, groupid=1)
     pending = BreakdownPending("DirectiveBreakdown 'bd-0' is not ready: Internal error")
-    assert rules.give_up(tracked, "reading the Proposal", pending, 1.0) is None
-    late = rules.give_up(tracked, "reading the Proposal", pending, 1e9)
-    assert late and late.startswith("reading the Proposal kept failing for")
-    assert rules.give_up(tracked, "reading the Proposal", ValueError("x"), 1.0)  # permanent
+
+    def verdict(exc: BaseException, failing_for: float) -> str | None:
+        outcome = outcome_of(exc, "reading the Proposal")
+        assert isinstance(outcome, Retry) and outcome.failure is not None
+        refusal = give_up(job, None, outcome.failure, failing_for, policy)
+        return refusal.reason if refusal is not None else None
+
+    assert verdict(pending, 1.0) is None
+    late = verdict(pending, 1e9)
+    assert late and late.startswith("reading the Proposal kept failing for 10m:")
+    assert verdict(ValueError("x"), 1.0) == "reading the Proposal: ValueError: x"  # permanent
+    # a job that failed already keeps retrying: its workflow must still go
+    failed = dataclasses.replace(job, exception=JobException("cancel"))
+    assert give_up(failed, None, outcome_of(ValueError("x"), "x").failure, 1e9, policy) is None
 
 
 @pytest.mark.parametrize(

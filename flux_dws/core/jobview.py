@@ -12,6 +12,7 @@ from typing import Any
 
 from flux_dws.base.frozen import SLOTS
 from flux_dws.base.fsd import format_fsd
+from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
@@ -98,6 +99,9 @@ class JobView:
     proposal: ProposalInfo | None = None
     # read by the service when Setup or PreRun failed (ReadFailures; re-read after a restart):
     failures: Failures | None = None
+    # found by the service while acting: the job can never go on (core.failing); decide()
+    # raises it as the job's exception
+    refusal: Refusal | None = None
 
     @property
     def active(self) -> bool:

@@ -42,6 +42,7 @@ from flux_dws.core.actions import (
     WakeAt,
 )
 from flux_dws.core.copies import pending_copies
+from flux_dws.core.failing import refusal_note
 from flux_dws.core.health import (
     FENCED,
     UNMOUNT_FAILED,
@@ -91,6 +92,8 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
         if workflow is not None and mark is not None and not _released(workflow):
             return _detached(job.jobid, workflow, mark, now)
         return _sweep_orphan(workflow, policy, now)
+    if job.refusal is not None and job.exception is None:  # found while acting (core.failing)
+        return [RaiseException(refusal_note(job, workflow, job.refusal))]
     if workflow is None or _released(workflow):
         return _without_workflow(job, workflow)
     actions: list[Action] = []
@@ -381,16 +384,17 @@ def _release_dependency(job: JobView, policy: Policy) -> list[Action]:
 
 
 def _torn_down(job: JobView) -> list[Action]:
-    """A job whose workflow was sent to Teardown before it ran must not be left waiting:
-    fail it with the reason recorded with Teardown (should the first raise have been refused,
-    the workflow's own message is gone by now), and let go of its prolog."""
+    """A job whose workflow was sent to Teardown must end with the reason recorded with
+    Teardown (should the first raise have been refused, or the service stopped between the
+    Teardown patch and the raise, the workflow's own message is gone by now); one that never
+    ran must not be left waiting either: its prolog is let go."""
     reason = job.teardown_reason or None
     if job.phase is JobPhase.PROLOG:
         return _fail_prolog(job, reason)
     if job.phase in (JobPhase.DEPEND, JobPhase.SCHED):
         early = "the job's workflow was torn down before the job could run"
         return _fail(job, reason or failure_note(State.PROPOSAL.value, early, job.jobid))
-    return []
+    return _fail(job, reason)
 
 
 def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action]:

@@ -15,6 +15,7 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
 from flux_dws.base.frozen import Shared, share_strings
+from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.core.policy import Policy
@@ -114,6 +115,7 @@ def job_view(
     groupid: int,
     proposal: ProposalInfo | None = None,
     failures: Failures | None = None,
+    refusal: Refusal | None = None,
 ) -> JobView:
     """Build the lifecycle core's view of one job from its record and parsed request."""
     userid = int(record["userid"])
@@ -148,6 +150,7 @@ def job_view(
         ssd=_paths(record.get("ssd")),
         proposal=proposal,
         failures=failures,
+        refusal=refusal,
     )
 
 

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
 
 from flux_dws.core import actions as act
 from flux_dws.core import release as rl
 from flux_dws.service import actions, recording, release
-from flux_dws.service.executor import ActionExecutor
-from flux_dws.service.jobs import Done, Seen, Tracked
-
-Handler = Callable[[ActionExecutor, Tracked, Any, Seen, Done], None]
+from flux_dws.service.outcome import Handler
 
 HANDLERS: Mapping[type, Handler] = {
     act.CreateWorkflow: actions.create_workflow,
@@ -67,6 +64,6 @@ def _check(handlers: Mapping[type, Handler]) -> None:
 _check(HANDLERS)
 
 
-def run(executor: ActionExecutor, tracked: Tracked, action: Any, seen: Seen, done: Done) -> None:
-    """Carry out ``action`` for ``tracked``; ``done`` says how it ended."""
-    HANDLERS[type(action)](executor, tracked, action, seen, done)
+def handler_for(action: Any) -> Handler:
+    """The handler that carries out ``action`` (flux_dws.service.executor runs it)."""
+    return HANDLERS[type(action)]

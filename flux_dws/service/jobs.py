@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """What the service keeps in memory about each job, and the shapes its parts share.
 
-All of it is touched on the loop's thread only: worker threads hand their results to the loop
-(flux_dws.k8s.worker delivers them there), never write here.
+All of it is touched on the loop's thread only, and a job's entry (``Tracked``) is written by
+the loop alone (flux_dws.service.service), from observations and from the outcomes its
+actions report (flux_dws.service.outcome): handlers get a ``Seen``, never the entry.
 """
 
 from __future__ import annotations
@@ -10,25 +11,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 from flux_dws.base.frozen import SLOTS
 from flux_dws.base.loop import Timer
+from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobView, ProposalInfo
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
 from flux_dws.core.workflow import WorkflowView
-
-
-class Halt:
-    """What an action reports when it ended the job's chain on purpose (it failed the job):
-    the rest of the chain was decided for a job that no longer exists as such."""
-
-
-HALT = Halt()
-#: An action's outcome: None (go on), a one-line error (retry later), or HALT (decide again).
-Done = Callable[[Union[str, Halt, None]], None]
 
 
 @dataclass(**SLOTS)
@@ -45,15 +37,15 @@ class Tracked:
     failures: Failures | None = None  # which nodes failed Setup/PreRun (act.ReadFailures)
     request: tuple[DwRequest | None, str] | None = None  # parsed once: attributes never change
     deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
-    posting: dict[str, dict[str, Any]] = field(default_factory=dict)  # events not yet answered
+    # events posted and not yet in Flux's record: name -> (context, the one it replaced)
+    posting: dict[str, tuple[Mapping[str, Any], Any]] = field(default_factory=dict)
     busy: bool = False  # an action chain is in flight
     dirty: bool = False  # something changed while busy: decide again after
     timer: Timer | None = None
-    retry: float = 0.0
+    retry: float = 0.0  # the backoff of the last failure (0: the last chain went through)
     observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
-    failing_since: float | None = None  # loop time a chain's call first failed (transient)
-    patch_failing_since: float | None = None  # the same for desiredState patches
-    async_retry: float = 0.0  # backoff of the calls sent outside the chain (patches, posts)
+    failing_since: float | None = None  # loop time a Kubernetes call first failed, in a row
+    refusal: Refusal | None = None  # found while acting: decide() fails the job with it
     unreadable: str = ""  # why the latest version of the workflow could not be read
     unreadable_since: float | None = None  # loop time it first could not be read (in a row)
     alarmed: str = ""  # the unreadable problem already reported
@@ -72,6 +64,8 @@ class Seen:
     workflow: WorkflowView | None
     raw: Mapping[str, Any] | None  # what is kept of the object ``workflow`` was read from
     observed: float  # monotonic time of the observation that led to the decision
+    deleted: str = ""  # uid of the workflow already deleted (its DELETED event may lag)
+    unreadable: str = ""  # why the workflow's latest version could not be read
 
 
 @dataclass

@@ -7,27 +7,25 @@ instance's.  Those come from the Servers watch the health monitor runs (every Se
 namespace; flux_dws.service.healthwatch), or, where there is none or it has not listed yet,
 from a list of every Servers read when a job needs it.
 
-Two jobs are often placed at once, on two workers, and neither's Servers is in the watch when
-the other plans.  So a job plans under a lock, and what its plan holds is kept as a *claim*
-until the watch shows that Servers with the same keys (or deleted), or, where the Servers are
-listed rather than watched, until its patch has ended.  A claim whose patch failed is dropped
-at once only when the watch does not know that Servers (it will never show it); otherwise it
-is kept, which is conservative: a retry of the same job replaces it, and the Servers goes with
-its workflow.  Jobs without an exclusive key plan without the lock.
+Two jobs are often placed one right after the other, and neither's Servers is in the watch
+when the other plans.  So what a plan holds is kept as a *claim* until the watch shows that
+Servers with the same keys (or deleted), or, where the Servers are listed rather than
+watched, until its patch has ended.  A claim whose patch failed is dropped at once only when
+the watch does not know that Servers (it will never show it); otherwise it is kept, which is
+conservative: a retry of the same job replaces it, and the Servers goes with its workflow.
 
-``seen`` and ``listed`` are called on the loop (from the watch), ``plan`` and ``settle`` on a
-worker; every method takes the lock, and only ``plan`` may hold it for a Kubernetes list.
+Everything here runs on the loop: the watch tells it what it sees, and a job plans there
+with the pure planner (flux_dws.core.storage.plan_servers), between the worker's read of
+every Servers (where the watch has not listed: ``must_list``) and its patch.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, Callable
 
 from flux_dws.core import colocation
 from flux_dws.core.storage import AllocationNeed
-from flux_dws.k8s import KubeClient
 from flux_dws.k8s.watch import DELETED, qualified_name
 
 Plan = dict[tuple[str, str], list[dict[str, Any]]]
@@ -56,67 +54,68 @@ def annotations(needs: Sequence[AllocationNeed]) -> dict[tuple[str, str], dict[s
 class Placements:
     """See the module docstring."""
 
-    def __init__(self, kube: KubeClient) -> None:
-        self._kube = kube
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
         self._watched: dict[str, Holds] = {}  # every watched Servers -> its holds
         self._listed = False  # the watch has listed: _watched is every Servers
         self._claims: dict[str, Holds] = {}  # Servers -> what a plan put there, not yet seen
 
-    # ---- on the loop, from the Servers watch ----------------------------------------------
+    # ---- from the Servers watch ------------------------------------------------------------
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         key = qualified_name(obj)
         if not key:
             return
-        with self._lock:
-            if kind == DELETED:
-                self._watched.pop(key, None)
-                self._claims.pop(key, None)
-                return
-            holds = colocation.servers_exclusive(obj)
-            self._watched[key] = holds
-            if self._claims.get(key) == holds:
-                del self._claims[key]  # the watch shows what we wrote: it holds it now
+        if kind == DELETED:
+            self._watched.pop(key, None)
+            self._claims.pop(key, None)
+            return
+        holds = colocation.servers_exclusive(obj)
+        self._watched[key] = holds
+        if self._claims.get(key) == holds:
+            del self._claims[key]  # the watch shows what we wrote: it holds it now
 
     def listed(self) -> None:
-        with self._lock:
-            self._listed = True
+        self._listed = True
 
-    # ---- on a worker ------------------------------------------------------------------------
+    # ---- a job's plan -----------------------------------------------------------------------
+
+    def must_list(self, needs: Sequence[AllocationNeed]) -> bool:
+        """Whether planning ``needs`` takes a list of every Servers (read on a worker first):
+        they hold an exclusive key and the watch has not listed."""
+        return not self._listed and any(need.keys for need in needs)
 
     def plan(
-        self, needs: Sequence[AllocationNeed], planner: Callable[[Holds], Plan]
+        self,
+        needs: Sequence[AllocationNeed],
+        planner: Callable[[Holds], Plan],
+        listed: Sequence[Any] = (),
     ) -> tuple[Plan, dict[tuple[str, str], dict[str, str]]]:
         """(``planner``'s plan, the annotations each Servers of it gets).  ``planner`` gets
-        rabbit -> the exclusive keys other Servers hold there; call :meth:`settle` once the
-        Servers are written (or not)."""
+        rabbit -> the exclusive keys other Servers hold there; ``listed``: every Servers,
+        where ``must_list``.  Call :meth:`settle` once the Servers are written (or not)."""
         notes = annotations(needs)
         if not any(need.keys for need in needs):
             return planner({}), notes
         own = {servers_key(need.servers) for need in needs}
-        with self._lock:
-            watched = self._watched
-            if not self._listed:  # under the lock: no claim may be settled meanwhile
-                items, _ = self._kube.list_servers()
-                watched = {qualified_name(o): colocation.servers_exclusive(o) for o in items}
-            views = {**watched, **self._claims}  # a claim is newer than what was seen
-            taken = colocation.merge(h for key, h in views.items() if key not in own)
-            plan = planner(taken)
-            for servers, sets in plan.items():
-                spec = {"allocationSets": sets}
-                meta = {"annotations": notes.get(servers, {})}
-                holds = colocation.servers_exclusive({"metadata": meta, "spec": spec})
-                if holds:
-                    self._claims[servers_key(servers)] = holds
-                else:
-                    self._claims.pop(servers_key(servers), None)
+        watched = self._watched
+        if not self._listed:
+            watched = {qualified_name(o): colocation.servers_exclusive(o) for o in listed}
+        views = {**watched, **self._claims}  # a claim is newer than what was seen
+        taken = colocation.merge(h for key, h in views.items() if key not in own)
+        plan = planner(taken)
+        for servers, sets in plan.items():
+            spec = {"allocationSets": sets}
+            meta = {"annotations": notes.get(servers, {})}
+            holds = colocation.servers_exclusive({"metadata": meta, "spec": spec})
+            if holds:
+                self._claims[servers_key(servers)] = holds
+            else:
+                self._claims.pop(servers_key(servers), None)
         return plan, notes
 
     def settle(self, plan: Plan, written: bool) -> None:
         """The Servers of ``plan`` were written (``written``), or their patch failed."""
-        with self._lock:
-            for servers in plan:
-                key = servers_key(servers)
-                if not self._listed or (not written and key not in self._watched):
-                    self._claims.pop(key, None)
+        for servers in plan:
+            key = servers_key(servers)
+            if not self._listed or (not written and key not in self._watched):
+                self._claims.pop(key, None)

@@ -9,7 +9,7 @@ KVS directory through the plugin's ``save`` method, then post ``dws-container``.
 
 Neither may wedge a job: what Kubernetes refuses for good (RBAC, a pod already gone, a
 container that never started) is written into the record as words; only transient failures
-(API unreachable) end the chain with an error, and the service tries again later, up to
+(API unreachable) end the chain with a Retry, and the service tries again later, up to
 RECORD_ATTEMPTS failures in a row of the same read.  A plugin too old to ``save`` (ENOSYS)
 or one that refuses the document is noted the same way.
 """
@@ -18,157 +18,183 @@ from __future__ import annotations
 
 import errno
 import logging
-from typing import Any
+from collections.abc import Generator, Mapping
+from typing import Any, Callable
 
 from flux_dws.base.jobid import f58
-from flux_dws.base.loop import Timer
 from flux_dws.core import actions as act
 from flux_dws.core.copies import EVENT, UNKNOWN, copy_error, copy_records, summary
+from flux_dws.core.failing import Refusal
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s import recordcache
 from flux_dws.k8s.records import collect_output, data_movements_or_why
+from flux_dws.service.actions import post_event
 from flux_dws.service.executor import ActionExecutor
-from flux_dws.service.failures import error_text
-from flux_dws.service.jobs import Done, Seen, Tracked
+from flux_dws.service.jobs import Seen
+from flux_dws.service.outcome import (
+    Call,
+    Fact,
+    Learned,
+    Outcome,
+    Refused,
+    Retry,
+    Rpc,
+    Step,
+    Wait,
+    error_text,
+)
 
 log = logging.getLogger("flux-dws")
 
 #: Plugin errors that say the output can never be saved this way (not worth a retry).
 _UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.E2BIG})
 
+Steps = Generator[Step, Any, Outcome]
 
-def record_copies(
-    x: ActionExecutor, tracked: Tracked, action: act.RecordCopies, seen: Seen, done: Done
-) -> None:
+
+def read_or_go_on(
+    x: ActionExecutor, jobid: int, key: str, step: Call, fallback: Callable[[str], Any]
+) -> Generator[Step, Any, Any]:
+    """What ``step`` reads, or, when it failed: a Retry, until it has failed RECORD_ATTEMPTS
+    times in a row (for this job and ``key``), then ``fallback(error)``: a record is worth a
+    short wait, never a wedged job."""
+    try:
+        result = yield step
+    except Exception as exc:
+        text = error_text(exc)
+        if not x.attempts.failed(jobid, key):
+            return Retry(f"{step.what}: {text}")
+        log.error("job %s: %s: %s; going on without it", f58(jobid), step.what, text)
+        return fallback(text)
+    x.attempts.succeeded(jobid, key)
+    return result
+
+
+def movements_of(x: ActionExecutor, seen: Seen, lane: str = "normal") -> Call:
+    """The step that reads the workflow's NnfDataMovements (from the watched copy once it has
+    caught up with the workflow, flux_dws.k8s.recordcache)."""
     wf = seen.workflow
     assert wf is not None
-    what = f"copies {action.state.value}"
-
-    def read() -> tuple[list[dict[str, Any]], str]:
-        cache = x.records.movements if x.records is not None else None
-        return data_movements_or_why(x.kube, wf.name, wf.namespace, cache, wf.resource_version)
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            text = error_text(exc)
-            if not x.attempts.failed(tracked.jobid, what):
-                done(f"reading data movements: {text}")
-                return
-            log.error(
-                "job %s: reading data movements: %s; recording the copies without it",
-                f58(tracked.jobid),
-                text,
-            )
-            result = ([], f"could not read the NnfDataMovements: {text}")
-        else:
-            x.attempts.succeeded(tracked.jobid, what)
-        objects, problem = result
-        records = copy_records(action.state, wf.directives, objects, problem=problem)
-        records = [r for r in records if r.index in action.indices]
-        for record in records:
-            log.info(
-                "job %s workflow %s: %s directive %d: %s",
-                f58(tracked.jobid),
-                wf.name,
-                action.state.value,
-                record.index,
-                summary(record),
-            )
-            x.post_event(tracked, act.PostEvent(EVENT, record.to_event()), lambda _error: None)
-        # Unknown (nothing found) fails nothing: the workflow's own message says more.
-        failed = next((r for r in records if r.failed and r.status != UNKNOWN), None)
-        if failed is not None and not (tracked.record or {}).get("exception"):
-            reason = copy_error(failed)
-            x.fail_job(tracked, reason, done, state=failed.state, directive=failed.directive)
-        else:
-            done(None)
-
-    x.worker.submit(read, on_done=settle, soon=True)  # the next state waits for it, as below
+    cache = x.records.movements if x.records is not None else None
+    read = data_movements_or_why
+    args = (x.kube, wf.name, wf.namespace, cache, wf.resource_version)
+    return Call(read, args, {}, "reading data movements", lane)
 
 
-def save_output(
-    x: ActionExecutor, tracked: Tracked, action: act.SaveOutput, seen: Seen, done: Done
-) -> None:
-    wf = seen.workflow
+def no_movements(text: str) -> tuple[list, str]:
+    return [], f"could not read the NnfDataMovements: {text}"
+
+
+def record_copies(x: ActionExecutor, action: act.RecordCopies, seen: Seen) -> Steps:
+    wf, jobid = seen.workflow, seen.job.jobid
     assert wf is not None
-    jobid = tracked.jobid
-    limit = x.policy.container_log_size
-
-    def settle(saved: SavedOutput | None, exc: BaseException | None) -> None:
-        if exc is not None:
-            text = error_text(exc)
-            if not x.attempts.failed(jobid, "output"):
-                done(f"reading container output: {text}")
-                return
-            log.error("job %s: reading container output: %s; going on without it", f58(jobid), text)
-            saved = SavedOutput(note=f"no container output: {text}", limit=limit)
-        else:
-            x.attempts.succeeded(jobid, "output")
-        assert saved is not None
-        if not saved.containers:  # nothing to keep: say why on the event alone
-            post(saved, "")
-            return
-
-        def stored(_response: Any, error: RpcError | None) -> None:
-            retry = error is not None and error.errnum not in _UNSAVABLE
-            if retry and not x.attempts.failed(jobid, "save"):
-                done(f"save: {error}")
-                return
-            x.attempts.succeeded(jobid, "save")
-            post(saved, f"not saved: {error.message}" if error is not None else "")
-
-        x.jm.save(jobid, OUTPUT_KEY, saved.to_json(), stored, limit=saved.text_limit)
-
-    def post(saved: SavedOutput, problem: str) -> None:
-        context = {**action.event, **saved.event_summary()}
-        if problem:
-            context["output"] = problem
-        codes = ", ".join(
-            f"{c.status.pod}/{c.status.name}={c.status.exit_code}" for c in saved.containers
-        )
+    step = movements_of(x, seen, lane="soon")  # soon: the next state waits for it
+    read = yield from read_or_go_on(x, jobid, f"copies {action.state.value}", step, no_movements)
+    if isinstance(read, Retry):
+        return read
+    objects, problem = read
+    records = copy_records(action.state, wf.directives, objects, problem=problem)
+    facts: list[Fact] = []
+    for record in (r for r in records if r.index in action.indices):
         log.info(
-            "job %s workflow %s: container output: %s%s",
+            "job %s workflow %s: %s directive %d: %s",
             f58(jobid),
             wf.name,
-            context["output"],
-            f" (exit codes {codes})" if codes else "",
+            action.state.value,
+            record.index,
+            summary(record),
         )
-        x.post_event(tracked, act.PostEvent("dws-container", context), done)
+        posted = yield from post_event(x, act.PostEvent(EVENT, record.to_event()), seen)
+        facts += posted.facts
+    return _copies_outcome(seen, [r for r in records if r.index in action.indices], facts)
 
+
+def _copies_outcome(seen: Seen, records: list, facts: list[Fact]) -> Outcome:
+    """A failed copy fails the job, naming the directive and its first error; Unknown
+    (nothing found) fails nothing: the workflow's own message says more."""
+    failed = next((r for r in records if r.failed and r.status != UNKNOWN), None)
+    if failed is not None and seen.job.exception is None:
+        refusal = Refusal(copy_error(failed), state=failed.state, directive=failed.directive)
+        return Refused(refusal, tuple(facts))
+    return Learned(tuple(facts))
+
+
+def save_output(x: ActionExecutor, action: act.SaveOutput, seen: Seen) -> Steps:
+    wf, jobid = seen.workflow, seen.job.jobid
+    assert wf is not None
+    limit = x.policy.container_log_size
     cache = x.records.pods if x.records is not None else None
-    started = False
-    timer: Timer | None = None
+    if cache is not None and wf.namespace == x.kube.namespace:
+        # The pod watch must reach the workflow's version (recordcache), for CATCH_UP at most,
+        # waited for holding no thread (catch_up=0 below: behind, it lists).
+        yield Wait(lambda answer: _when_current(x, cache, wf.resource_version, answer))
+    # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates and
+    # reads it waited a quarter second at 1000 jobs (bench_service).
+    args = (x.kube, wf.name, wf.namespace, limit, cache, wf.resource_version, 0.0)
+    step = Call(collect_output, args, {}, "reading container output", "soon")
+    saved = yield from read_or_go_on(
+        x,
+        jobid,
+        "output",
+        step,
+        lambda text: SavedOutput(note=f"no container output: {text}", limit=limit),
+    )
+    if isinstance(saved, Retry):
+        return saved
+    problem = yield from _save(x, jobid, saved)
+    if isinstance(problem, Retry):
+        return problem
+    context = {**action.event, **saved.event_summary()}
+    if problem:
+        context["output"] = problem
+    _log_output(jobid, wf.name, context, saved)
+    return (yield from post_event(x, act.PostEvent("dws-container", context), seen))
 
-    def collect() -> None:
-        # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates
-        # and reads it waited a quarter second at 1000 jobs (bench_service).  The pod watch
-        # is waited for before, holding no thread (catch_up=0 here: behind, it lists).
-        nonlocal started
-        if started:
-            return
-        started = True
-        if timer is not None:
+
+def _save(x: ActionExecutor, jobid: int, saved: SavedOutput) -> Generator[Step, Any, Any]:
+    """Save the output in the job's KVS: "" (saved, or nothing to keep), the words for an
+    output that can never be saved, or a Retry."""
+    if not saved.containers:  # nothing to keep: say why on the event alone
+        return ""
+    document = saved.to_json()
+    try:
+        yield Rpc(
+            lambda done: x.jm.save(jobid, OUTPUT_KEY, document, done, limit=saved.text_limit),
+            "save",
+        )
+    except RpcError as error:
+        if error.errnum not in _UNSAVABLE and not x.attempts.failed(jobid, "save"):
+            return Retry(f"save: {error}")
+        x.attempts.succeeded(jobid, "save")
+        return f"not saved: {error.message}"
+    x.attempts.succeeded(jobid, "save")
+    return ""
+
+
+def _log_output(jobid: int, workflow: str, context: Mapping[str, Any], saved: SavedOutput) -> None:
+    codes = ", ".join(
+        f"{c.status.pod}/{c.status.name}={c.status.exit_code}" for c in saved.containers
+    )
+    log.info(
+        "job %s workflow %s: container output: %s%s",
+        f58(jobid),
+        workflow,
+        context["output"],
+        f" (exit codes {codes})" if codes else "",
+    )
+
+
+def _when_current(x: ActionExecutor, cache: Any, version: str, answer: Any) -> None:
+    """``answer()`` once the pod watch has reached ``version``, or CATCH_UP has passed."""
+    answered = False
+
+    def once() -> None:
+        nonlocal answered
+        if not answered:
+            answered = True
             timer.cancel()
-        try:
-            x.worker.submit(
-                collect_output,
-                x.kube,
-                wf.name,
-                wf.namespace,
-                limit,
-                cache,
-                wf.resource_version,
-                0.0,
-                on_done=settle,
-                soon=True,
-            )
-        except RuntimeError as exc:  # the service stopped while the watch was waited for
-            settle(None, exc)
+            answer(None)
 
-    if cache is None or wf.namespace != x.kube.namespace:
-        collect()
-        return
-    # The pod watch must reach the workflow's version (recordcache), for CATCH_UP at most.
-    timer = x.loop.call_later(recordcache.CATCH_UP, collect)
-    cache.when_current(wf.resource_version, lambda: x.loop.call_soon(collect))
+    timer = x.loop.call_later(recordcache.CATCH_UP, once)
+    cache.when_current(version, lambda: x.loop.call_soon(once))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Generator
 from typing import Any
 
 from flux_dws.base.jobid import f58
@@ -27,131 +28,125 @@ from flux_dws.core.release import (
     failed_reason,
 )
 from flux_dws.core.states import State
+from flux_dws.core.workflow import WorkflowView
 from flux_dws.flux.transport import RpcError
-from flux_dws.k8s.records import data_movements_or_why
 from flux_dws.service.executor import ActionExecutor
-from flux_dws.service.failures import error_text
-from flux_dws.service.jobs import Done, Seen, Tracked
+from flux_dws.service.jobs import Seen
+from flux_dws.service.outcome import (
+    DONE,
+    Adopted,
+    Learned,
+    Outcome,
+    Retry,
+    Rpc,
+    Step,
+    Wait,
+    call,
+)
+from flux_dws.service.recording import movements_of, no_movements, read_or_go_on
 
 log = logging.getLogger("flux-dws")
 
 #: Plugin errors that say the outcome can never be saved (not worth a retry).
 _UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.E2BIG})
 
+Steps = Generator[Step, Any, Outcome]
 
-def _mark(x: ActionExecutor, tracked: Tracked, paths: tuple[str, ...], hold: bool, done: Done):
+
+def _mark(x: ActionExecutor, seen: Seen, paths: tuple[str, ...], hold: bool) -> Steps:
     word = "holding" if hold else "giving back"
-    if x.health is None:
+    health = x.health
+    if health is None:
         log.warning(
             "job %s: %s %d ssd part(s) in Fluxion, but this service cannot mark them",
-            f58(tracked.jobid),
+            f58(seen.job.jobid),
             word,
             len(paths),
         )
-        done(None)
-        return
+        return DONE
     log.info(
         "job %s workflow %s: %s %d ssd part(s) in Fluxion (%s)",
-        f58(tracked.jobid),
-        x.workflow_name(tracked),
+        f58(seen.job.jobid),
+        x.workflow_name(seen),
         word,
         len(paths),
         "until Teardown is done" if hold else "Teardown is over",
     )
-    x.health.nodes.hold_parts(paths, hold, lambda e: done(e and f"{word} ssd parts: {e}"))
+    error = yield Wait(lambda answer: health.nodes.hold_parts(paths, hold, answer))
+    return Retry(f"{word} ssd parts: {error}") if error else DONE
 
 
-def hold_storage(
-    x: ActionExecutor, tracked: Tracked, action: HoldStorage, seen: Seen, done: Done
-) -> None:
-    _mark(x, tracked, action.paths, True, done)
+def hold_storage(x: ActionExecutor, action: HoldStorage, seen: Seen) -> Steps:
+    return (yield from _mark(x, seen, action.paths, True))
 
 
-def return_storage(
-    x: ActionExecutor, tracked: Tracked, action: ReturnStorage, seen: Seen, done: Done
-) -> None:
-    _mark(x, tracked, action.paths, False, done)
+def return_storage(x: ActionExecutor, action: ReturnStorage, seen: Seen) -> Steps:
+    return (yield from _mark(x, seen, action.paths, False))
 
 
-def mark_released(
-    x: ActionExecutor, tracked: Tracked, action: MarkReleased, seen: Seen, done: Done
-) -> None:
+def mark_released(x: ActionExecutor, action: MarkReleased, seen: Seen) -> Steps:
     wf = seen.workflow
     assert wf is not None
     log.info(
         "job %s workflow %s: nodes go back to the scheduler now; DataOut and Teardown go on",
-        f58(tracked.jobid),
+        f58(seen.job.jobid),
         wf.name,
     )
-    x.call(
-        tracked,
-        "marking the workflow released",
-        done,
-        x.adopt(tracked),
+    obj = yield call(
         x.kube.annotate_workflow,
         wf.name,
         RELEASE_ANNOTATION,
         action.mark.to_annotation(),
+        what="marking the workflow released",
     )
+    return Learned((Adopted(obj),))
 
 
-def record_release(
-    x: ActionExecutor, tracked: Tracked, action: RecordRelease, seen: Seen, done: Done
-) -> None:
-    wf = seen.workflow
+def record_release(x: ActionExecutor, action: RecordRelease, seen: Seen) -> Steps:
+    wf, jobid = seen.workflow, seen.job.jobid
     assert wf is not None
-    jobid = tracked.jobid
-    key = f"{RELEASE_KEY}.{action.state.lower()}"
-    what = f"release {action.state}"
-
-    def read() -> tuple[list[dict[str, Any]], str]:
-        if action.state != State.DATAOUT.value:
-            return [], ""
-        cache = x.records.movements if x.records is not None else None
-        return data_movements_or_why(x.kube, wf.name, wf.namespace, cache, wf.resource_version)
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            if not x.attempts.failed(jobid, what):
-                done(f"reading data movements: {error_text(exc)}")
-                return
-            result = ([], f"could not read the NnfDataMovements: {error_text(exc)}")
-        objects, problem = result
-        value: dict[str, Any] = {"workflow": wf.name, **action.outcome}
-        if action.state == State.DATAOUT.value:
-            records = copy_records(State.DATAOUT, wf.directives, objects, problem=problem)
-            value["copies"] = [r.to_event() for r in records]
-            if value.get("result") == "FAILED":
-                value["reason"] = failed_reason(action.outcome, records, jobid)
-        said = value.get("reason") or action.outcome.get("message")  # "<State> failed: ..."
-        log.info(
-            "job %s workflow %s (released early): %s",
+    key, what = f"{RELEASE_KEY}.{action.state.lower()}", f"release {action.state}"
+    read: Any = ([], "")
+    if action.state == State.DATAOUT.value:
+        read = yield from read_or_go_on(x, jobid, what, movements_of(x, seen), no_movements)
+        if isinstance(read, Retry):
+            return read
+    value = released_outcome(wf, action, jobid, *read)
+    said = value.get("reason") or action.outcome.get("message")  # "<State> failed: ..."
+    log.info(
+        "job %s workflow %s (released early): %s",
+        f58(jobid),
+        wf.name,
+        said or f"{action.state} {action.outcome.get('status')}",
+    )
+    try:
+        yield Rpc(lambda done: x.jm.save(jobid, key, value, done), "save")
+    except RpcError as error:
+        if error.errnum not in _UNSAVABLE and not x.attempts.failed(jobid, what):
+            return Retry(f"save: {error}")
+        log.error(
+            "job %s workflow %s: could not save the %s outcome in the job's KVS (%s): %s; going on",
             f58(jobid),
             wf.name,
-            said or f"{action.state} {action.outcome.get('status')}",
+            action.state,
+            key,
+            error,
         )
+    x.attempts.succeeded(jobid, what)
+    return DONE
 
-        def stored(_response: Any, error: RpcError | None) -> None:
-            retry = error is not None and error.errnum not in _UNSAVABLE
-            if retry and not x.attempts.failed(jobid, what):
-                done(f"save: {error}")
-                return
-            if error is not None:
-                log.error(
-                    "job %s workflow %s: could not save the %s outcome in the job's KVS "
-                    "(%s): %s; going on",
-                    f58(jobid),
-                    wf.name,
-                    action.state,
-                    key,
-                    error,
-                )
-            x.attempts.succeeded(jobid, what)
-            done(None)
 
-        x.jm.save(jobid, key, value, stored)
-
-    x.worker.submit(read, on_done=settle)
+def released_outcome(
+    wf: WorkflowView, action: RecordRelease, jobid: int, objects: list, problem: str
+) -> dict[str, Any]:
+    """What is saved of how DataOut or Teardown ended for a job released early."""
+    value: dict[str, Any] = {"workflow": wf.name, **action.outcome}
+    if action.state == State.DATAOUT.value:
+        records = copy_records(State.DATAOUT, wf.directives, objects, problem=problem)
+        value["copies"] = [r.to_event() for r in records]
+        if value.get("result") == "FAILED":
+            value["reason"] = failed_reason(action.outcome, records, jobid)
+    return value
 
 
 class StorageHeld:

@@ -8,9 +8,11 @@ another (a job never has two chains in flight); jobs proceed independently.
 
 The service is composed of parts, each given its dependencies in its constructor: the action
 executor (flux_dws.service.executor, with the handlers that flux_dws.service.dispatch names),
-the failure rules, presence (the job stream, heartbeats, standby), upkeep (the housekeeping
-tick) and the health monitor.  This module keeps the loop's own work: observations in,
-decisions, action chains and the Proposal window.
+presence (the job stream, heartbeats, standby), upkeep (the housekeeping tick) and the health
+monitor.  This module keeps the loop's own work: observations in, decisions, action chains,
+the Proposal window, and the one writer of each job's facts: what an action reports
+(flux_dws.service.outcome) is written here, and a failure is judged by the core
+(flux_dws.core.failing), never by the handler that met it.
 
 The service remembers nothing that matters: records come from the jobtap plugin (with every
 dws-* event flux-dws posted on the job), workflows from Kubernetes.  What it keeps in memory
@@ -29,6 +31,7 @@ from flux_dws.base.jobid import f58
 from flux_dws.base.loop import Loop
 from flux_dws.base.untrusted import name_of
 from flux_dws.core import actions as act
+from flux_dws.core import failing
 from flux_dws.core import lifecycle as lc
 from flux_dws.core.identity import JOBID_LABEL, owned_jobid
 from flux_dws.core.jobview import JobPhase, JobView
@@ -45,12 +48,27 @@ from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache
 from flux_dws.service import dispatch
 from flux_dws.service.collector import StartupCollector
-from flux_dws.service.executor import ActionExecutor, version_number
-from flux_dws.service.failures import FailureRules, backoff
+from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.healthwatch import HealthMonitor
 from flux_dws.service.inbox import Inbox
-from flux_dws.service.jobs import Halt, Metrics, Seen, Tracked
+from flux_dws.service.jobs import Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
+from flux_dws.service.outcome import (
+    Adopted,
+    Delivered,
+    Done,
+    Fact,
+    FailuresRead,
+    Learned,
+    Outcome,
+    Posted,
+    ProposalRead,
+    RecordChanged,
+    Refused,
+    Retry,
+    Unposted,
+    WorkflowDeleted,
+)
 from flux_dws.service.persistentpush import PersistentPush
 from flux_dws.service.placements import Placements
 from flux_dws.service.presence import Presence
@@ -113,7 +131,7 @@ class Service:
         self.health: HealthMonitor | None = None
         # where exclusive allocations are (service.placements): health's Servers watch tells
         # it; without one, every Servers is listed when a job needs it
-        self.placements = Placements(kube)
+        self.placements = Placements()
         if nodes is not None:
             self.health = HealthMonitor(
                 policy=policy,
@@ -155,9 +173,8 @@ class Service:
             worker=self.worker,
             kube=kube,
             jm=jobmanager,
-            rules=FailureRules(policy),
             metrics=self.metrics,
-            kick=self._kick,
+            report=self._report,
             health=self.health,
             persistent=self.persistent,
             records=self.records,
@@ -245,7 +262,8 @@ class Service:
             else:
                 share_strings_with(record, tracked.record)  # held: one copy of each text
                 # a record sent before the plugin saw our posts must not undo them
-                dws = {**(record.get("dws") or {}), **tracked.posting}
+                posting = {name: context for name, (context, _) in tracked.posting.items()}
+                dws = {**(record.get("dws") or {}), **posting}
                 tracked.record = {**record, "dws": dws} if tracked.posting else record
             tracked.observed = seen
         if snapshot:
@@ -370,6 +388,7 @@ class Service:
             groupid=self.executor.gids.get(int(tracked.record["userid"]), -1),
             proposal=tracked.proposal,
             failures=tracked.failures,
+            refusal=tracked.refusal,
         )
 
     def _decide(self, tracked: Tracked) -> None:
@@ -401,7 +420,14 @@ class Service:
         if window and not self._in_window(tracked, job, chain):
             return
         if chain:
-            seen = Seen(job, tracked.workflow, tracked.raw, tracked.observed)
+            seen = Seen(
+                job,
+                tracked.workflow,
+                tracked.raw,
+                tracked.observed,
+                deleted=tracked.deleted,
+                unreadable=tracked.unreadable,
+            )
             tracked.busy, tracked.dirty = True, False
             self._run_chain(tracked, chain, seen, 0)
 
@@ -483,7 +509,9 @@ class Service:
 
     def _run_chain(self, tracked: Tracked, chain: list[Any], seen: Seen, index: int) -> None:
         if index == len(chain):
-            tracked.busy, tracked.retry, tracked.failing_since = False, 0.0, None
+            tracked.busy, tracked.failing_since = False, None
+            if not tracked.posting:  # a post in flight may yet fail: its backoff stands
+                tracked.retry = 0.0
             if tracked.dirty:
                 self._kick(tracked.jobid)
             return
@@ -491,29 +519,90 @@ class Service:
         name = type(action).__name__
         self.metrics.actions[name] += 1
 
-        def done(error: str | Halt | None) -> None:
-            if error is None:
+        def settle(outcome: Outcome) -> None:
+            if self._settle(tracked, name, outcome):
                 self._run_chain(tracked, chain, seen, index + 1)
-            elif isinstance(error, Halt):
+            elif not tracked.busy or self._stopped:
+                return
+            else:  # decide again at once, from what was learned
                 tracked.dirty = True
                 self._run_chain(tracked, chain, seen, len(chain))
-            else:
-                self._chain_failed(tracked, name, error)
 
-        try:
-            dispatch.run(self.executor, tracked, action, seen, done)
-        except Exception as exc:  # a bug must not wedge the job: log and retry later
-            log.exception("job %s: %s raised", f58(tracked.jobid), name)
-            self._chain_failed(tracked, name, str(exc))
+        self.executor.run(dispatch.handler_for(action), action, seen, settle)
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _settle(self, tracked: Tracked, name: str, outcome: Outcome) -> bool:
+        """Write what an action of the job's chain reported; True: go on with the chain.
+        A Retry ends the chain (retried later, with backoff: ``busy`` is cleared); a
+        refusal or a call the core gives up on becomes the job's refusal, which the next
+        decision raises."""
+        if isinstance(outcome, Done):
+            return True
+        self._learn(tracked, outcome.facts)
+        if isinstance(outcome, Learned):
+            return not outcome.again
+        if isinstance(outcome, Refused):
+            self._refuse(tracked, outcome.refusal)
+            return False
+        refusal = self._give_up(tracked, outcome.failure) if outcome.failure else None
+        if refusal is not None:
+            self._refuse(tracked, refusal)
+            return False
+        self._chain_failed(tracked, name, outcome.why)
+        return False
+
+    def _report(self, jobid: int, outcome: Outcome) -> None:
+        """An outcome that came after its chain (a post sent without waiting)."""
+        tracked = self.jobs.get(jobid)
+        if tracked is None or self._stopped:
+            return
+        if isinstance(outcome, Done):
+            return
+        self._learn(tracked, outcome.facts)
+        if isinstance(outcome, Retry):
+            tracked.retry = failing.backoff(tracked.retry)
+            self.loop.call_later(tracked.retry, self._kick, jobid)
+        elif not tracked.busy:
+            self._kick(jobid)
+
+    def _give_up(self, tracked: Tracked, failure: failing.CallFailure) -> failing.Refusal | None:
+        """The core's verdict on a Kubernetes call that failed (flux_dws.core.failing)."""
+        now = self.loop.time()
+        if tracked.failing_since is None:
+            tracked.failing_since = now
+        job = self.view(tracked)
+        if job is None:
+            return None
+        since = now - tracked.failing_since
+        refusal = failing.give_up(job, tracked.workflow, failure, since, self.policy)
+        if refusal is not None:
+            tracked.failing_since = None
+        return refusal
+
+    def _refuse(self, tracked: Tracked, refusal: failing.Refusal) -> None:
+        """The job can never go on: the next decision fails it (core.lifecycle.decide)."""
+        job = self.view(tracked)
+        if job is not None and job.exception is None:
+            note = failing.refusal_note(job, tracked.workflow, refusal)
+            log.error("job %s: %s", f58(tracked.jobid), untrusted.text(note, None))
+        tracked.refusal = refusal
+        tracked.dirty = True
+
+    def _learn(self, tracked: Tracked, facts: tuple[Fact, ...]) -> None:
+        """Write facts an action reported into the job's entry: the one place that does."""
+        for fact in facts:
+            _LEARN[type(fact)](tracked, fact)
+            tracked.dirty = True
 
     def _chain_failed(self, tracked: Tracked, name: str, error: str) -> None:
         self.metrics.failures[name] += 1
         self.presence.note_error(f"job {f58(tracked.jobid)}: {name} failed: {error}")
-        tracked.retry = backoff(tracked.retry)
+        tracked.retry = failing.backoff(tracked.retry)
         log.warning(
             "job %s workflow %s: %s failed: %s; retrying in %.1fs",
             f58(tracked.jobid),
-            self.executor.workflow_name(tracked),
+            tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid),
             name,
             error,
             tracked.retry,
@@ -522,6 +611,111 @@ class Service:
         if tracked.timer:
             tracked.timer.cancel()
         tracked.timer = self.loop.call_later(tracked.retry, self._kick, tracked.jobid)
+
+
+# ---------------------------------------------------------------------- facts, as written
+
+
+def _adopted(tracked: Tracked, fact: Adopted) -> None:
+    """Take a returned workflow as the latest view, so the next decision need not wait.
+
+    Only a newer version of the workflow the service knows, or the one it just created: a
+    response that arrives after the watch reported the workflow deleted must not bring it
+    back."""
+    obj, known = fact.obj, tracked.workflow
+    if not isinstance(obj, dict) or (known is None and not fact.created):
+        return
+    meta = untrusted.mapping(obj.get("metadata"))
+    if known is not None and (
+        known.uid != (meta.get("uid") or "")
+        or version_number(meta.get("resourceVersion")) <= version_number(known.resource_version)
+    ):
+        return  # another workflow, or not newer than what we know
+    try:
+        tracked.workflow, tracked.raw = view_of(obj)
+    except ValueError:
+        return
+
+
+def _posted(tracked: Tracked, fact: Posted) -> None:
+    """The record takes the event now; Flux's own record follows on the job stream."""
+    if tracked.record is None:
+        return
+    dws = tracked.record.get("dws") or {}
+    tracked.posting[fact.name] = (fact.context, dws.get(fact.name))
+    tracked.record = {**tracked.record, "dws": {**dws, fact.name: fact.context}}
+
+
+def _unposted(tracked: Tracked, fact: Unposted) -> None:
+    posting = tracked.posting.get(fact.name)
+    if posting is None or posting[0] is not fact.context:
+        return  # a newer post replaced it
+    del tracked.posting[fact.name]
+    dws = dict((tracked.record or {}).get("dws") or {})
+    if tracked.record is not None and dws.get(fact.name) is fact.context:
+        before = posting[1]
+        if before is None:
+            dws.pop(fact.name)
+        else:
+            dws[fact.name] = before
+        tracked.record = {**tracked.record, "dws": dws}
+
+
+def _delivered(tracked: Tracked, fact: Delivered) -> None:
+    posting = tracked.posting.get(fact.name)
+    if posting is not None and posting[0] is fact.context:
+        del tracked.posting[fact.name]
+    if not tracked.busy:
+        tracked.retry = 0.0  # what failed before went through
+
+
+def _record_changed(tracked: Tracked, fact: RecordChanged) -> None:
+    """What a request just did, applied to the cached record ahead of the plugin's update.
+
+    Until it comes the next decision sees the effect (an out-of-date record arriving later
+    only costs a repeated, harmless request).  A "gone" job is forgotten once its workflow is
+    gone too; the first fatal exception is the one kept."""
+    record, changes = tracked.record, fact.changes
+    if record is None:
+        return
+    if changes.get("phase") == "gone":
+        tracked.record = None
+    elif "exception" in changes and record.get("exception"):
+        return
+    else:
+        tracked.record = {**record, **changes}
+
+
+def _proposal_read(tracked: Tracked, fact: ProposalRead) -> None:
+    tracked.proposal = fact.proposal
+
+
+def _failures_read(tracked: Tracked, fact: FailuresRead) -> None:
+    tracked.failures = fact.failures
+
+
+def _workflow_deleted(tracked: Tracked, fact: WorkflowDeleted) -> None:
+    tracked.deleted = fact.uid
+
+
+_LEARN: dict[type, Any] = {
+    Adopted: _adopted,
+    Posted: _posted,
+    Unposted: _unposted,
+    Delivered: _delivered,
+    RecordChanged: _record_changed,
+    ProposalRead: _proposal_read,
+    FailuresRead: _failures_read,
+    WorkflowDeleted: _workflow_deleted,
+}
+
+
+def version_number(version: Any) -> int:
+    """A resourceVersion (parsed or raw) as a number, to order versions (0 if it has none)."""
+    try:
+        return int(version or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _seen(tracked: Tracked) -> bool:
