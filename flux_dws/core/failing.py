@@ -14,33 +14,16 @@ give the verdict, so every way a job fails goes through the core.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flux_dws.base.fsd import format_fsd
+from flux_dws.core.jobview import JobView, Refusal
 from flux_dws.core.messages import failure_note
+from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
-
-if TYPE_CHECKING:  # the job view carries a Refusal: these only name its types
-    from flux_dws.core.jobview import JobView
-    from flux_dws.core.policy import Policy
-    from flux_dws.core.workflow import WorkflowView
+from flux_dws.core.workflow import WorkflowView
 
 RETRY_MIN = 0.5  # seconds before retrying a job whose action failed; doubles up to RETRY_MAX
 RETRY_MAX = 60.0
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why acting for the job can never succeed: the job fails with it.
-
-    ``state``: the state the failure belongs to (default: the one the workflow is in, or
-    Proposal); ``directive`` the #DW directive it is about; ``step`` as failure_note takes it
-    (flux_dws.core.messages)."""
-
-    reason: str
-    state: State | None = None
-    directive: str = ""
-    step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,3 +75,6 @@ def refusal_note(job: JobView, workflow: WorkflowView | None, refusal: Refusal) 
     return failure_note(
         state.value, refusal.reason, job.jobid, directive=refusal.directive, step=refusal.step
     )
+
+
+__all__ = ["RETRY_MAX", "RETRY_MIN", "CallFailure", "Refusal", "backoff", "give_up", "refusal_note"]

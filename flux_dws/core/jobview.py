@@ -12,7 +12,6 @@ from typing import Any
 
 from flux_dws.base.frozen import SLOTS
 from flux_dws.base.fsd import format_fsd
-from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
@@ -49,6 +48,21 @@ class JobException:
     @property
     def aborts(self) -> bool:
         return self.severity == 0 and self.type in ABORT_TYPES
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why acting for the job can never succeed: the job fails with it (found by the
+    service while acting; flux_dws.core.failing judges and words it).
+
+    ``state``: the state the failure belongs to (default: the one the workflow is in, or
+    Proposal); ``directive`` the #DW directive it is about; ``step`` as failure_note takes it
+    (flux_dws.core.messages)."""
+
+    reason: str
+    state: State | None = None
+    directive: str = ""
+    step: str | None = None
 
 
 @dataclass(frozen=True)
