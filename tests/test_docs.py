@@ -93,7 +93,8 @@ ADMIN = DOC / "guide" / "admin.rst"
 USER = DOC / "guide" / "user.rst"
 INDEX = DOC / "index.rst"
 ARCHITECTURE = DOC / "architecture.rst"
-DOCS = (MAN1, MAN5, ADMIN, USER, INDEX, ARCHITECTURE, DOC / "protocol.rst")
+TESTING = DOC / "testing.rst"
+DOCS = (MAN1, MAN5, ADMIN, USER, INDEX, ARCHITECTURE, DOC / "protocol.rst", TESTING)
 SITE_EXAMPLE = DOC / "dws.toml.example"
 #: The examples' user is the instance owner, so restrict-persistent never gets in the way.
 UID = 1001
@@ -588,6 +589,33 @@ def test_index_lists_existing_pages():
     assert set(entries) >= {"guide/user", "guide/admin", "man1/flux-dws", "man5/flux-config-dws"}
     for entry in entries:
         assert (DOC / f"{entry}.rst").exists(), entry
+
+
+def test_the_testing_page_says_where_every_real_system_part_is_looked_for():
+    """doc/testing.rst names every environment variable the real DWS and nnf-sos are found by,
+    with the code's defaults, and every test that runs them."""
+    from flux_dws.testing import nnfsos, realdws
+
+    text = TESTING.read_text(encoding="utf-8")
+    defaults = {
+        realdws.DWS_ENV: [realdws.DEFAULT_DWS],
+        realdws.TEST_DRIVER_ENV: [realdws.DEFAULT_TEST_DRIVER],
+        realdws.CRDS_ENV: [*realdws.DEFAULT_CRDS, realdws.DEFAULT_LUSTRE_CRDS],
+        realdws.WEBHOOK_MANIFESTS_ENV: [realdws.DEFAULT_WEBHOOK_MANIFESTS],
+        realdws.RULESETS_ENV: list(realdws.DEFAULT_RULESETS),
+        nnfsos.NNF_SOS_ENV: [nnfsos.DEFAULT_NNF_SOS],
+        nnfsos.NNF_EXAMPLES_ENV: [nnfsos.DEFAULT_NNF_EXAMPLES],
+    }
+    found = {v for m in (realdws, nnfsos) for n, v in vars(m).items() if n.endswith("_ENV")}
+    assert found == set(defaults)
+    for env, paths in defaults.items():
+        assert f"``{env}``" in text, env
+        for path in paths:
+            assert f"``{path}``" in text, path
+    named = set(re.findall(r"``(tests/test_\w+\.py)``", text))
+    real = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py")}
+    assert named <= real
+    assert {p for p in real if re.search(r"test_(realdws|nnf_sos|kubeapi_crds)", p)} <= named
 
 
 def test_unit_excerpt_is_in_the_unit():

@@ -57,8 +57,8 @@ def test_every_page_shows_the_version_of_the_first(kubeapi, kube):
     first_page = kube._list_page
     changed = threading.Event()
 
-    def page_then_change(limit, token, where, lister=None):
-        found = first_page(limit, token, where, lister)
+    def page_then_change(limit, token, where):
+        found = first_page(limit, token, where)
         if not changed.is_set():  # between pages: one workflow goes, one arrives
             changed.set()
             kubeapi.store.patch("workflows", NS, expected[-1], {"metadata": {"finalizers": []}})
@@ -84,9 +84,9 @@ def test_an_expired_continue_token_restarts_the_list(kubeapi, kube):
     first_page = kube._list_page
     calls = []
 
-    def page_then_compact(limit, token, where, lister=None):
+    def page_then_compact(limit, token, where):
         calls.append(token)
-        found = first_page(limit, token, where, lister)
+        found = first_page(limit, token, where)
         if len(calls) == 1:
             touch_and_compact(kubeapi, expected[0])
         return found
@@ -102,8 +102,8 @@ def test_a_list_that_keeps_expiring_gives_up_with_the_410(kubeapi, kube):
     make(kube, range(1, 4))
     first_page = kube._list_page
 
-    def always_compact(limit, token, where, lister=None):
-        found = first_page(limit, token, where, lister)
+    def always_compact(limit, token, where):
+        found = first_page(limit, token, where)
         touch_and_compact(kubeapi, kube.workflow_name(1))
         return found
 

@@ -2,37 +2,30 @@
 """KubeClient: every Kubernetes request flux-dws makes, each bounded in time and retries.
 
 Synchronous and thread-safe: the service runs these calls on a KubeWorker thread, never on its
-event loop.  Each request goes through flux_dws.k8s.calls (a timeout per attempt, bounded
-jittered retries, every attempt counted); credentials come from flux_dws.k8s.config.
+event loop.  This module says which objects flux-dws reads and writes (their kinds are
+described once, in flux_dws.k8s.resources); its base, flux_dws.k8s.objects, says how any one
+request is made: through flux_dws.k8s.calls (a timeout per attempt, bounded jittered retries,
+every attempt counted).  Credentials come from flux_dws.k8s.config.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from flux_dws.base.jobid import f58
 from flux_dws.core.identity import check_identity, instance_selector, workflow_name
 from flux_dws.core.states import State
 from flux_dws.k8s import listing
-from flux_dws.k8s.calls import (
-    TRANSPORT_ERRORS,
-    Calls,
-    merge_patch_kwargs,
-    transport_error,
-)
+from flux_dws.k8s.calls import Calls, merge_patch_kwargs
 from flux_dws.k8s.config import load_configuration
-from flux_dws.k8s.errors import (
-    KubeError,
-    KubeSetupError,
-    NameTaken,
-)
+from flux_dws.k8s.errors import KubeError, KubeSetupError, NameTaken
 from flux_dws.k8s.listing import Page
+from flux_dws.k8s.objects import Collection, KubeObjects
 from flux_dws.k8s.rawapi import Core, CustomObjects, RawApi
 from flux_dws.k8s.resources import (
     BREAKDOWNS,
@@ -40,7 +33,6 @@ from flux_dws.k8s.resources import (
     COMPUTES,
     CONTAINER_PROFILES,
     DWS_GROUP,
-    NNF_GROUP,
     PERSISTENT_STORAGES,
     SERVERS,
     STORAGE_NAMESPACE,
@@ -61,40 +53,19 @@ from flux_dws.k8s.resources import (
     finalizer_removal_patch,
     is_ours,
     servers_patch,
-    version_of,
     workflow_body,
 )
 
 log = logging.getLogger("flux-dws.k8s")
 
-T = TypeVar("T")
-
 #: How often a finalizer removal re-reads and retries after a conflict (409).
 CONFLICT_RETRIES = 10
-#: workflows per list request (kubectl's default chunk size)
-LIST_PAGE = 500
-#: What a watch request names in its errors.
+#: What a list or watch of this instance's workflows names in its errors.
 WATCHED = "workflows in namespace"
 
 
-class _OfCalls:
-    """A KubeClient attribute that is its Calls' own (read and written through)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, client: Any, owner: Any = None) -> Any:
-        return self if client is None else getattr(client.calls, self.name)
-
-    def __set__(self, client: Any, value: Any) -> None:
-        setattr(client.calls, self.name, value)
-
-
-class KubeClient:
+class KubeClient(KubeObjects):
     """The DWS and NNF requests of one Flux instance, in one namespace."""
-
-    #: workflows per list request (an instance may lower it, e.g. to exercise paging)
-    _page_size: int = LIST_PAGE
 
     def __init__(
         self,
@@ -179,14 +150,6 @@ class KubeClient:
     def close(self) -> None:
         self._api.close()
 
-    # What the requests are bounded by, and who watches them: held by flux_dws.k8s.calls.
-    timeout = _OfCalls("timeout")
-    retries = _OfCalls("retries")
-    backoff_base = _OfCalls("backoff_base")
-    backoff_max = _OfCalls("backoff_max")
-    counts = _OfCalls("counts")
-    observer = _OfCalls("observer")
-
     def request_counts(self) -> dict[str, int]:
         """A snapshot of ``counts`` (requests sent, by verb), safe to read from any thread."""
         return self.calls.snapshot()
@@ -225,9 +188,6 @@ class KubeClient:
 
     # -- workflows -----------------------------------------------------------------------
 
-    def _workflow(self, name: str) -> str:
-        return f"{self.namespace}/{name}"
-
     def create_workflow(
         self, *, jobid: int, userid: int, groupid: int, directives: Sequence[str]
     ) -> dict:
@@ -246,17 +206,7 @@ class KubeClient:
         )
         name = body["metadata"]["name"]
         try:
-            return self.calls.call(
-                "create",
-                "workflow",
-                self._workflow(name),
-                self._custom.create_namespaced_custom_object,
-                DWS_GROUP,
-                self.versions.workflow,
-                self.namespace,
-                WORKFLOWS,
-                body,
-            )
+            return self._create(WORKFLOWS, self.namespace, name, body)
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -264,133 +214,56 @@ class KubeClient:
         if existing is not None and is_ours(existing, self.identity, jobid):
             log.info("workflow %s for job %s already exists; adopting it", name, f58(jobid))
             return existing
+        target = f"{self.namespace}/{name}"
         if existing is not None:
-            raise NameTaken("create", "workflow", self._workflow(name))
+            raise NameTaken("create", "workflow", target)
         raise KubeError(
             "create",
             "workflow",
-            self._workflow(name),
+            target,
             "conflicted with an object that has since disappeared",
             status=409,
         )
 
     def get_workflow(self, name: str) -> dict | None:
         """The workflow, or None if there is none."""
-        return self._get(
-            "workflow",
-            self._workflow(name),
-            DWS_GROUP,
-            self.versions.workflow,
-            self.namespace,
-            WORKFLOWS,
-            name,
-        )
+        return self._get(WORKFLOWS, self.namespace, name)
 
     def list_workflows(self, limit: int | None = None) -> tuple[list[dict], str]:
         """This instance's workflows (by label) and the list's resourceVersion.
 
-        Lists in pages of ``LIST_PAGE`` (a real server throttles one huge list); every page
-        of one list shows the same resourceVersion.  A continue token that expired (410)
-        restarts the list, a bounded number of times.  ``limit``: one page of at most that
-        many, for a cheap probe.
+        Lists in pages of ``objects.LIST_PAGE`` (a real server throttles one huge list);
+        every page of one list shows the same resourceVersion.  A continue token that expired
+        (410) restarts the list, a bounded number of times.  ``limit``: one page of at most
+        that many, for a cheap probe.
         """
-        selector = instance_selector(self.identity)
         if limit:
-            items, rv, _ = self._list_page(
-                limit, None, (WATCHED, self.namespace, WORKFLOWS, selector)
-            )
+            items, rv, _ = self._list_page(limit, None, self._ours())
             return items, rv
         return listing.collect(self.workflow_pages())
 
     def workflow_pages(self) -> Iterator[Page]:
         """This instance's workflows page by page, each as it arrives (see list_workflows):
         whoever reads them may act on a page before the next is asked for."""
+        return self._list_pages(self._ours())
+
+    def _ours(self) -> Collection:
+        """This instance's workflows (by label), in its namespace."""
         selector = instance_selector(self.identity)
-        return self._list_pages(WATCHED, self.namespace, WORKFLOWS, selector)
-
-    def _collection(self, namespace: str | None, plural: str) -> tuple[Any, tuple[Any, ...]]:
-        """The client call and its leading arguments that list (or watch) ``plural`` in
-        ``namespace``, or in every namespace for None."""
-        if namespace is None:
-            return self._custom.list_cluster_custom_object, (
-                DWS_GROUP,
-                self.versions.workflow,
-                plural,
-            )
-        return self._custom.list_namespaced_custom_object, (
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            plural,
-        )
-
-    def _list_all(
-        self,
-        what: str,
-        namespace: str | None,
-        plural: str,
-        selector: str | None,
-        lister: Callable[..., Any] | None = None,
-    ) -> tuple[list[dict], str]:
-        """Every page of one list at once.  ``lister``: the list request (keywords:
-        label_selector, limit, _continue, ...); by default DWS's ``plural`` in ``namespace``
-        (None: all)."""
-        return listing.collect(self._list_pages(what, namespace, plural, selector, lister))
-
-    def _list_pages(
-        self,
-        what: str,
-        namespace: str | None,
-        plural: str,
-        selector: str | None,
-        lister: Callable[..., Any] | None = None,
-    ) -> Iterator[Page]:
-        """The pages of one list as each arrives (flux_dws.k8s.listing)."""
-        where = (what, namespace, plural, selector)
-        return listing.pages(lambda t: self._list_page(self._page_size, t, where, lister), what)
-
-    def _list_page(
-        self,
-        limit: int,
-        token: str | None,
-        where: tuple[str, str | None, str, str | None],
-        lister: Callable[..., Any] | None = None,
-    ) -> tuple[list[dict], str, str | None]:
-        """One page; ``where``: (what errors name, namespace (None: every namespace), plural,
-        label selector)."""
-        what, namespace, plural, selector = where
-        extra = {"_continue": token} if token else {}
-        call, args = (lister, ()) if lister else self._collection(namespace, plural)
-        result = self.calls.call(
-            "list",
-            what,
-            namespace or "*",
-            call,
-            *args,
-            label_selector=selector,
-            limit=limit,
-            **extra,
-        )
-        meta = result.get("metadata") if isinstance(result, dict) else None
-        token = meta.get("continue") if isinstance(meta, dict) else None
-        items = result.get("items") if isinstance(result, dict) else None
-        page = [i for i in items or [] if isinstance(i, dict)] if isinstance(items, list) else []
-        return page, version_of(result), token or None
+        return self._collection(WORKFLOWS, self.namespace, selector, what=WATCHED)
 
     def set_desired_state(self, name: str, state: State, *, hurry: bool = False) -> dict:
         """Merge-patch spec.desiredState (with hurry, only for Teardown)."""
-        return self._patch(
-            "workflow", self.namespace, name, WORKFLOWS, desired_state_patch(state, hurry)
-        )
+        return self._patch(WORKFLOWS, self.namespace, name, desired_state_patch(state, hurry))
 
     def annotate_workflow(self, name: str, key: str, value: str) -> dict:
         """Merge-patch one annotation of the workflow (flux-dws's own, e.g. its release mark)."""
         body = {"metadata": {"annotations": {key: value}}}
-        return self._patch("workflow", self.namespace, name, WORKFLOWS, body)
+        return self._patch(WORKFLOWS, self.namespace, name, body)
 
     def patch_computes(self, name: str, hosts: Sequence[str]) -> dict:
         """Write the job's compute nodes into the Computes resource named like the workflow."""
-        return self._patch("computes", self.namespace, name, COMPUTES, computes_patch(hosts))
+        return self._patch(COMPUTES, self.namespace, name, computes_patch(hosts))
 
     def read_breakdowns(self, workflow: Mapping) -> list[dict]:
         """The DirectiveBreakdowns listed in ``status.directiveBreakdowns``, in that order."""
@@ -398,15 +271,7 @@ class KubeClient:
         breakdowns = []
         for ref in breakdown_refs(workflow):
             namespace = ref.get("namespace") or default_ns
-            obj = self._get(
-                "directivebreakdown",
-                f"{namespace}/{ref.get('name')}",
-                DWS_GROUP,
-                self.versions.workflow,
-                namespace,
-                BREAKDOWNS,
-                ref.get("name", ""),
-            )
+            obj = self._get(BREAKDOWNS, namespace, ref.get("name", ""))
             if obj is None:
                 raise KubeError(
                     "get",
@@ -428,97 +293,53 @@ class KubeClient:
         """Write spec.allocationSets of a Servers resource (named by a DirectiveBreakdown),
         and ``annotations`` when given."""
         body = servers_patch(allocation_sets, annotations)
-        return self._patch("servers", namespace, name, SERVERS, body)
+        return self._patch(SERVERS, namespace, name, body)
 
     def read_system_configuration(self) -> dict | None:
         """DWS's SystemConfiguration (which rabbit serves which compute node), or None."""
-        namespace, name = SYSTEM_CONFIGURATION
-        return self._get(
-            "systemconfiguration",
-            f"{namespace}/{name}",
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            SYSTEM_CONFIGURATIONS,
-            name,
-        )
+        return self._get(SYSTEM_CONFIGURATIONS, *SYSTEM_CONFIGURATION)
 
     # -- health: Storage, SystemStatus, ClientMount, Servers (flux_dws.core.health) --------------
 
     def list_storages(self) -> tuple[list[dict], str]:
         """Every rabbit's Storage resource (capacity, health, links to its computes), in
         pages, and the list's resourceVersion (where a StorageWatch resumes)."""
-        return self._list_all("storages", STORAGE_NAMESPACE, STORAGES, None)
+        return self._list_all(self._collection(STORAGES, STORAGE_NAMESPACE))
 
     def open_storage_watch(
         self, resource_version: str, timeout_seconds: int, read_timeout: float
     ) -> urllib3.HTTPResponse:
         """Start one watch on every Storage after ``resource_version``; the raw response."""
-        return self._open_watch(
-            "storages",
-            STORAGE_NAMESPACE,
-            STORAGES,
-            None,
-            resource_version,
-            timeout_seconds,
-            read_timeout,
-        )
+        where = self._collection(STORAGES, STORAGE_NAMESPACE)
+        return self._open_watch(where, resource_version, timeout_seconds, read_timeout)
 
     def list_persistent(self) -> tuple[list[dict], str]:
         """Every PersistentStorageInstance in our namespace (where nnf-sos makes them for our
         workflows), in pages, and the list's resourceVersion (where a PersistentWatch resumes)."""
-        return self._list_all(
-            "persistentstorageinstances", self.namespace, PERSISTENT_STORAGES, None
-        )
+        return self._list_all(self._collection(PERSISTENT_STORAGES, self.namespace))
 
     def open_persistent_watch(
         self, resource_version: str, timeout_seconds: int, read_timeout: float
     ) -> urllib3.HTTPResponse:
         """Start one watch on our namespace's PersistentStorageInstances; the raw response."""
-        return self._open_watch(
-            "persistentstorageinstances",
-            self.namespace,
-            PERSISTENT_STORAGES,
-            None,
-            resource_version,
-            timeout_seconds,
-            read_timeout,
-        )
+        where = self._collection(PERSISTENT_STORAGES, self.namespace)
+        return self._open_watch(where, resource_version, timeout_seconds, read_timeout)
 
     def read_system_status(self) -> dict | None:
-        namespace, name = SYSTEM_STATUS
-        return self._get(
-            "systemstatus",
-            f"{namespace}/{name}",
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            SYSTEM_STATUSES,
-            name,
-        )
+        return self._get(SYSTEM_STATUSES, *SYSTEM_STATUS)
 
     def write_system_status(self, patch: dict, exists: bool) -> dict:
         """Merge-patch SystemStatus default/default, or create it holding ``patch``."""
         namespace, name = SYSTEM_STATUS
         if exists:
-            return self._patch("systemstatus", namespace, name, SYSTEM_STATUSES, patch)
+            return self._patch(SYSTEM_STATUSES, namespace, name, patch)
         body = {
             "apiVersion": f"{DWS_GROUP}/{self.versions.workflow}",
             "kind": "SystemStatus",
             "metadata": {"name": name, "namespace": namespace},
             **patch,
         }
-        return self.calls.call(
-            "create",
-            "systemstatus",
-            f"{namespace}/{name}",
-            self._custom.create_namespaced_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            SYSTEM_STATUSES,
-            body,
-        )
+        return self._create(SYSTEM_STATUSES, namespace, name, body)
 
     def list_clientmounts(self, workflow: str, namespace: str | None = None) -> list[dict]:
         """The ClientMounts of a workflow (one per compute node, in the node's namespace)."""
@@ -526,48 +347,27 @@ class KubeClient:
             f"{DWS_GROUP}/workflow.name={workflow},"
             f"{DWS_GROUP}/workflow.namespace={namespace or self.namespace}"
         )
-        result = self.calls.call(
-            "list",
-            "clientmounts",
-            workflow,
-            self._custom.list_cluster_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            CLIENTMOUNTS,
-            label_selector=selector,
-        )
-        return list(result.get("items") or [])
+        return self._items(self._collection(CLIENTMOUNTS, None, selector, target=workflow))
 
     def list_servers(self) -> tuple[list[dict], str]:
         """Every Servers resource, in every namespace: the capacity each rabbit's allocations
         hold, persistent and system storage's included (flux_dws.core.rabbits), in pages, and
         the list's resourceVersion (where a ServersWatch resumes)."""
-        return self._list_all("servers", None, SERVERS, None)
+        return self._list_all(self._collection(SERVERS, None))
 
     def open_servers_watch(
         self, resource_version: str, timeout_seconds: int, read_timeout: float
     ) -> urllib3.HTTPResponse:
         """Start one watch on every Servers, in every namespace; the raw response."""
-        return self._open_watch(
-            "servers", None, SERVERS, None, resource_version, timeout_seconds, read_timeout
-        )
+        where = self._collection(SERVERS, None)
+        return self._open_watch(where, resource_version, timeout_seconds, read_timeout)
 
     def read_servers(self, namespace: str, name: str) -> dict | None:
-        return self._get(
-            "servers",
-            f"{namespace}/{name}",
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            SERVERS,
-            name,
-        )
+        return self._get(SERVERS, namespace, name)
 
     def force_ready(self, name: str) -> dict:
         """spec.forceReady: DWS takes the current state as ready (failure tolerance)."""
-        return self._patch(
-            "workflow", self.namespace, name, WORKFLOWS, {"spec": {"forceReady": True}}
-        )
+        return self._patch(WORKFLOWS, self.namespace, name, {"spec": {"forceReady": True}})
 
     def read_container_profile(self, workflow: Mapping) -> dict | None:
         """The container profile nnf-sos pinned for this workflow, or None.
@@ -579,15 +379,7 @@ class KubeClient:
         if name is None or not self.versions.nnf:
             return None
         namespace = (workflow.get("metadata") or {}).get("namespace") or self.namespace
-        return self._get(
-            "nnfcontainerprofile",
-            f"{namespace}/{name}",
-            NNF_GROUP,
-            self.versions.nnf,
-            namespace,
-            CONTAINER_PROFILES,
-            name,
-        )
+        return self._get(CONTAINER_PROFILES, namespace, name)
 
     def read_token(self, namespace: str, name: str) -> str | None:
         """The workflow token (Secret ``data.token``, decoded), or None if there is none."""
@@ -616,7 +408,7 @@ class KubeClient:
         resourceVersion are enough), to patch without reading it first; if it is stale, the
         server's 409 makes it re-read.
         """
-        target = self._workflow(name)
+        target = f"{self.namespace}/{name}"
         for attempt in range(CONFLICT_RETRIES):
             current = seen if attempt == 0 and seen is not None else self.get_workflow(name)
             if current is None:
@@ -625,9 +417,7 @@ class KubeClient:
             if patch is None:
                 break
             try:
-                self._patch(
-                    "workflow", self.namespace, name, WORKFLOWS, patch, retry_conflict=False
-                )
+                self._patch(WORKFLOWS, self.namespace, name, patch, retry_conflict=False)
                 break
             except KubeError as exc:
                 if exc.status == 404:
@@ -643,106 +433,15 @@ class KubeClient:
                 f"finalizer removal still conflicted after {CONFLICT_RETRIES} re-reads",
                 status=409,
             )
-        try:
-            self.calls.call(
-                "delete",
-                "workflow",
-                target,
-                self._custom.delete_namespaced_custom_object,
-                DWS_GROUP,
-                self.versions.workflow,
-                self.namespace,
-                WORKFLOWS,
-                name,
-            )
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
+        self._delete(WORKFLOWS, self.namespace, name)
         log.info("deleted workflow %s", target)
 
     def open_workflow_watch(
         self, resource_version: str, timeout_seconds: int, read_timeout: float
     ) -> urllib3.HTTPResponse:
-        """Start one watch on our workflows after ``resource_version``; the raw response.
-
-        No retry here: the watch loop owns reconnecting.  The server ends the stream after
-        ``timeout_seconds``; ``read_timeout`` (longer) notices a connection that died silently.
-        """
-        return self._open_watch(
-            WATCHED,
-            self.namespace,
-            WORKFLOWS,
-            instance_selector(self.identity),
-            resource_version,
-            timeout_seconds,
-            read_timeout,
-        )
-
-    def _open_watch(
-        self,
-        what: str,
-        namespace: str | None,
-        plural: str,
-        selector: str | None,
-        resource_version: str,
-        timeout_seconds: int,
-        read_timeout: float,
-        lister: Callable[..., Any] | None = None,
-    ) -> urllib3.HTTPResponse:
-        self.calls.count("watch")
-        call, args = (lister, ()) if lister else self._collection(namespace, plural)
-        try:
-            return call(
-                *args,
-                label_selector=selector,
-                watch=True,
-                allow_watch_bookmarks=True,
-                resource_version=resource_version,
-                timeout_seconds=timeout_seconds,
-                _preload_content=False,
-                _request_timeout=(self.timeout, read_timeout),
-            )
-        except ApiException as exc:
-            raise self.calls.api_error("watch", what, namespace or "*", exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise transport_error("watch", what, namespace or "*", exc) from exc
-
-    # -- plumbing ------------------------------------------------------------------------
+        """Start one watch on our workflows after ``resource_version``; the raw response
+        (flux_dws.k8s.objects: no retry, the watch loop reconnects)."""
+        return self._open_watch(self._ours(), resource_version, timeout_seconds, read_timeout)
 
     def workflow_name(self, jobid: int) -> str:
         return workflow_name(self.identity, jobid)
-
-    def _get(self, resource: str, target: str, *args: Any) -> dict | None:
-        try:
-            return self.calls.call(
-                "get", resource, target, self._custom.get_namespaced_custom_object, *args
-            )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def _patch(
-        self,
-        resource: str,
-        namespace: str,
-        name: str,
-        plural: str,
-        body: dict,
-        *,
-        retry_conflict: bool = True,
-    ) -> dict:
-        return self.calls.call(
-            "patch",
-            resource,
-            f"{namespace}/{name}",
-            self._custom.patch_namespaced_custom_object,
-            DWS_GROUP,
-            self.versions.workflow,
-            namespace,
-            plural,
-            name,
-            body,
-            retry_conflict=retry_conflict,
-            **self._merge_patch,
-        )

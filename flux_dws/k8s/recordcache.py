@@ -21,7 +21,6 @@ unless the caller first waits with ``when_current`` (a callback, no thread held)
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from typing import Any, Callable
@@ -30,7 +29,8 @@ from flux_dws.base import untrusted
 from flux_dws.core.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
 from flux_dws.core.output import CONTAINER_LABEL
 from flux_dws.k8s.client import KubeClient
-from flux_dws.k8s.resources import NNF_GROUP
+from flux_dws.k8s.objects import Collection
+from flux_dws.k8s.resources import DATA_MOVEMENTS
 from flux_dws.k8s.watch import DELETED, Lister, Opener, ResourceWatch, qualified_name
 
 #: How long a read waits for its watch to reach the workflow's resourceVersion before the
@@ -38,8 +38,6 @@ from flux_dws.k8s.watch import DELETED, Lister, Opener, ResourceWatch, qualified
 #: to a pod or data movement of any job moves them); a quiet one's only at the next bookmark
 #: (about a minute apart in Kubernetes), and a list costs little there: so the wait is short.
 CATCH_UP = 0.25
-
-DATA_MOVEMENTS = "nnfdatamovements"
 
 
 class PodWatch(ResourceWatch):
@@ -49,15 +47,13 @@ class PodWatch(ResourceWatch):
     target = "container pods in namespace"
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
-        namespace = client.namespace
-        lister = functools.partial(client._core.list_namespaced_pod, namespace)
-        where = ("container pods", namespace, "pods", CONTAINER_LABEL)
+        where = client._pods(client.namespace, CONTAINER_LABEL, "container pods")
 
         def full() -> tuple[list[dict], str]:
-            return client._list_all(*where, lister=lister)
+            return client._list_all(where)
 
         def open_(rv: str, timeout: int, read_timeout: float) -> Any:
-            return client._open_watch(*where, rv, timeout, read_timeout, lister=lister)
+            return client._open_watch(where, rv, timeout, read_timeout)
 
         return full, open_
 
@@ -70,20 +66,16 @@ class DataMovementWatch(ResourceWatch):
     key = staticmethod(qualified_name)  # one name may be in several rabbits' namespaces
 
     def endpoints(self, client: KubeClient) -> tuple[Lister, Opener]:
-        namespace = client.namespace
-        where = ("nnfdatamovements", None, DATA_MOVEMENTS)  # in every namespace
-        selector = f"{WORKFLOW_NAMESPACE_LABEL}={namespace}"
+        selector = f"{WORKFLOW_NAMESPACE_LABEL}={client.namespace}"
 
-        def lister(**kw: Any) -> Any:  # the version is known once connected
-            return client._custom.list_cluster_custom_object(
-                NNF_GROUP, client.versions.nnf, DATA_MOVEMENTS, **kw
-            )
+        def where() -> Collection:  # in every namespace; the version is known once connected
+            return client._collection(DATA_MOVEMENTS, None, selector)
 
         def full() -> tuple[list[dict], str]:
-            return client._list_all(*where, selector, lister=lister)
+            return client._list_all(where())
 
         def open_(rv: str, timeout: int, read_timeout: float) -> Any:
-            return client._open_watch(*where, selector, rv, timeout, read_timeout, lister=lister)
+            return client._open_watch(where(), rv, timeout, read_timeout)
 
         return full, open_
 

@@ -4,7 +4,7 @@
 The pods and NnfDataMovements come from the watches of flux_dws.k8s.recordcache when those
 have caught up with the workflow; else (not listed yet, failing, behind) they are listed.
 
-Each call goes through KubeClient._call (a timeout per attempt, bounded retries).  A refusal
+Each call goes through KubeClient's Calls (a timeout per attempt, bounded retries).  A refusal
 that retrying cannot cure (403 from RBAC, 404, 400 for a container that never started) is
 turned into words for the record instead of an error, so a job is never held up by it; only
 transient failures (API unreachable, 5xx after the retries) raise KubeError, and the caller
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux_dws.base import untrusted
 from flux_dws.core.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
 from flux_dws.core.output import (
     MAX_CONTAINERS,
@@ -29,8 +28,8 @@ from flux_dws.core.output import (
 )
 from flux_dws.k8s.client import KubeClient
 from flux_dws.k8s.errors import KubeError
-from flux_dws.k8s.recordcache import DATA_MOVEMENTS, WatchedObjects
-from flux_dws.k8s.resources import NNF_GROUP
+from flux_dws.k8s.recordcache import WatchedObjects
+from flux_dws.k8s.resources import DATA_MOVEMENTS
 
 
 def permanent(exc: KubeError) -> bool:
@@ -73,18 +72,14 @@ def read_data_movements(
     if found is not None:
         return found
     selector = f"{WORKFLOW_NAME_LABEL}={workflow},{WORKFLOW_NAMESPACE_LABEL}={namespace}"
-    result = kube.calls.call(
-        "list",
-        "nnfdatamovements of workflow",
-        f"{namespace}/{workflow}",
-        kube._custom.list_cluster_custom_object,
-        NNF_GROUP,
-        kube.versions.nnf,
+    where = kube._collection(
         DATA_MOVEMENTS,
-        label_selector=selector,
+        None,
+        selector,
+        what="nnfdatamovements of workflow",
+        target=f"{namespace}/{workflow}",
     )
-    items = result.get("items") if isinstance(result, dict) else None
-    return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
+    return kube._items(where)
 
 
 def data_movements_or_why(
@@ -149,16 +144,10 @@ def collect_output(
 
 
 def _list_pods(kube: KubeClient, workflow: str, namespace: str) -> list[dict[str, Any]]:
-    result = kube.calls.call(
-        "list",
-        "pods of workflow",
-        f"{namespace}/{workflow}",
-        kube._core.list_namespaced_pod,
-        namespace,
-        label_selector=container_selector(workflow),
+    selector = container_selector(workflow)
+    return kube._items(
+        kube._pods(namespace, selector, "pods of workflow", f"{namespace}/{workflow}")
     )
-    items = result.get("items") if isinstance(result, dict) else None
-    return [i for i in untrusted.sequence(items) if isinstance(i, dict)]
 
 
 def _read_tail(

@@ -24,22 +24,12 @@ NNF_GROUP = "nnf.cray.hpe.com"
 #: Workflow versions a WLM may use, best first (dws-api.md section 1).
 WORKFLOW_VERSIONS: tuple[str, ...] = ("v1alpha7", "v1alpha6")
 
-WORKFLOWS = "workflows"
-COMPUTES = "computes"
-SERVERS = "servers"
-BREAKDOWNS = "directivebreakdowns"
-SYSTEM_CONFIGURATIONS = "systemconfigurations"
-CONTAINER_PROFILES = "nnfcontainerprofiles"
-STORAGES = "storages"
-PERSISTENT_STORAGES = "persistentstorageinstances"
 #: DWS keeps one Storage resource per rabbit here.
 STORAGE_NAMESPACE = "default"
 
 #: DWS keeps the one SystemConfiguration here.
 SYSTEM_CONFIGURATION = ("default", "default")
 SYSTEM_STATUS = ("default", "default")
-SYSTEM_STATUSES = "systemstatuses"
-CLIENTMOUNTS = "clientmounts"
 
 #: nnf-sos defaults when a profile leaves a timeout out (dws-api.md section 4).
 DEFAULT_CONTAINER_TIMEOUT = 300
@@ -61,6 +51,36 @@ class ServedGroup:
 
     versions: tuple[str, ...]
     preferred: str | None = None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of DWS or NNF object, described once: where its requests go (its API group
+    and plural, at the version served for its group) and the noun a request for one object
+    names it by in errors, logs and counts (flux_dws.k8s.objects makes the requests)."""
+
+    plural: str
+    noun: str
+    group: str = DWS_GROUP
+
+    def version(self, versions: ApiVersions) -> str | None:
+        """The version its requests use: NNF's for NNF kinds, else the Workflow's."""
+        return versions.nnf if self.group == NNF_GROUP else versions.workflow
+
+
+#: Every kind flux-dws reads or writes.  Each is namespaced; a list or watch may span every
+#: namespace (flux_dws.k8s.client says which).
+WORKFLOWS = Kind("workflows", "workflow")
+COMPUTES = Kind("computes", "computes")
+SERVERS = Kind("servers", "servers")
+BREAKDOWNS = Kind("directivebreakdowns", "directivebreakdown")
+SYSTEM_CONFIGURATIONS = Kind("systemconfigurations", "systemconfiguration")
+SYSTEM_STATUSES = Kind("systemstatuses", "systemstatus")
+STORAGES = Kind("storages", "storages")
+PERSISTENT_STORAGES = Kind("persistentstorageinstances", "persistentstorageinstances")
+CLIENTMOUNTS = Kind("clientmounts", "clientmounts")
+CONTAINER_PROFILES = Kind("nnfcontainerprofiles", "nnfcontainerprofile", NNF_GROUP)
+DATA_MOVEMENTS = Kind("nnfdatamovements", "nnfdatamovements", NNF_GROUP)
 
 
 def choose_versions(
