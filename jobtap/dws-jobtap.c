@@ -35,6 +35,9 @@
  * Config: [dws] service-wait = "1h"   (how long a #DW job may wait for the service
  *         before it gets a dws exception; unset: forever)
  *         [dws] heartbeat = "10s"     (the service's heartbeat period; finite, > 0)
+ *
+ * Layer 11 of 11 (dws-jobtap.h), the top: may call any layer; calls util.c,
+ * persistent.c, records.c, job.c, holds.c, service.c, save.c and dispatch.c.
  */
 
 #include <errno.h>

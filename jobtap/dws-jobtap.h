@@ -7,19 +7,25 @@
 
 /* dws-jobtap.h - internal interfaces of the dws jobtap plugin (dws-jobtap.so).
  *
- * The plugin is built from several sources linked into one shared object:
+ * The plugin is built from several sources linked into one shared object.  They are
+ * layers, listed here from the bottom up: a file may call the files listed before it,
+ * never one listed after it, so the calls between files go one way
+ * (tests/test_jobtap_layers.py holds this, and the layer each file names at its top):
  *
- *   util.c        RPC errors, f58 job IDs, durations (FSD), submit-time checks
- *   rabbits.c     R and JGF: the hosts and rabbits a job was allocated
- *   job.c         struct dwsjob from the eventlog; rebuilding it after a load
- *   records.c     the record protocol: job records, watch streams
- *   service.c     the service: presence, standbys; watch, list, heartbeat
- *   holds.c       the holds: dependency, prolog, epilog; service-wait
- *   methods.c     dispatch; release, prolog/epilog-finish, raise, post
- *   save.c        the save method (the job's KVS directory)
- *   dws-jobtap.c  flux_plugin_init(), the job callbacks and [dws] config
+ *    1 util.c        RPC errors, f58 job IDs, durations (FSD), submit-time checks
+ *    2 rabbits.c     R and JGF: the hosts and rabbits a job was allocated
+ *    3 persistent.c  the persistent storage snapshot; job.validate's check
+ *    4 records.c     the record protocol: job records, watch streams
+ *    5 job.c         struct dwsjob from the eventlog; rebuilding it after a load
+ *    6 holds.c       the holds: dependency, prolog, epilog, storage gate; service-wait
+ *    7 service.c     the service: presence, standbys; watch, list, heartbeat
+ *    8 methods.c     release, prolog/epilog-finish, raise, post, memo
+ *    9 save.c        the save method (the job's KVS directory)
+ *   10 dispatch.c    job-manager.dws.* requests: owner check, method table, queue
+ *   11 dws-jobtap.c  flux_plugin_init(), the job callbacks and [dws] config
  *
- * Nothing here is exported from the shared object but flux_plugin_init().
+ * The declarations below follow the same order.  Nothing here is exported from the
+ * shared object but flux_plugin_init().
  */
 
 #ifndef _DWS_JOBTAP_H
@@ -165,7 +171,24 @@ typedef int (*method_f) (struct plugin_ctx *ctx,
                          json_t **response,
                          struct rpc_error *err);
 
-/* persistent.c */
+/* 1 util.c */
+int fail (struct rpc_error *err, int errnum, const char *fmt, ...)
+    __attribute__ ((format (printf, 3, 4)));
+const char *f58 (flux_jobid_t id, char *buf, size_t size);
+bool streq (const char *a, const char *b);
+double reactor_now (struct plugin_ctx *ctx);
+double parse_fsd (json_t *o);
+void format_fsd (double seconds, char *buf, size_t size);
+const char *shallow_check (json_t *system, char *buf, size_t size);
+json_t *args_system (flux_plugin_arg_t *args);
+bool is_dw_system (json_t *system);
+
+/* 2 rabbits.c */
+json_t *hosts_from_R (json_t *R);
+json_t *rabbits_from_R (json_t *R);
+json_t *ssd_from_R (json_t *R);
+
+/* 3 persistent.c */
 int persistent_method (struct plugin_ctx *ctx,
                        const flux_msg_t *msg,
                        const char *method,
@@ -179,25 +202,20 @@ const char *persistent_check (struct plugin_ctx *ctx,
                               char *buf,
                               size_t size);
 
-/* util.c */
-int fail (struct rpc_error *err, int errnum, const char *fmt, ...)
-    __attribute__ ((format (printf, 3, 4)));
-const char *f58 (flux_jobid_t id, char *buf, size_t size);
-bool streq (const char *a, const char *b);
-double reactor_now (struct plugin_ctx *ctx);
-double parse_fsd (json_t *o);
-void format_fsd (double seconds, char *buf, size_t size);
-const char *shallow_check (json_t *system, char *buf, size_t size);
-json_t *args_system (flux_plugin_arg_t *args);
-bool is_dw_system (json_t *system);
+/* 4 records.c */
+void watcher_destroy (struct watcher *w);
+bool service_connected (struct plugin_ctx *ctx);
+void watcher_end (struct plugin_ctx *ctx,
+                  struct watcher *target,
+                  int errnum,
+                  const char *text);
+void flush_dirty (struct plugin_ctx *ctx);
+void schedule_soon (struct plugin_ctx *ctx);
+void job_changed (struct dwsjob *st);
+json_t *all_records (struct plugin_ctx *ctx);
+int watcher_start (struct plugin_ctx *ctx, struct watcher *w);
 
-/* rabbits.c */
-json_t *hosts_from_R (json_t *R);
-json_t *rabbits_from_R (json_t *R);
-json_t *ssd_from_R (json_t *R);
-
-/* job.c */
-const char *job_phase (struct dwsjob *st);
+/* 5 job.c */
 void update_from_args (struct dwsjob *st, flux_plugin_arg_t *args);
 void apply_entry (struct dwsjob *st, json_t *entry);
 void dwsjob_detach (struct dwsjob *st);
@@ -210,22 +228,29 @@ struct dwsjob *dwsjob_create (struct plugin_ctx *ctx,
 struct dwsjob *current_job (flux_plugin_t *p);
 void start_rebuild (struct dwsjob *st);
 
-/* records.c */
-void watcher_destroy (struct watcher *w);
-void watcher_end (struct plugin_ctx *ctx,
-                  struct watcher *target,
-                  int errnum,
-                  const char *text);
-void soon_cb (flux_reactor_t *r, flux_watcher_t *w, int revents, void *arg);
-void schedule_soon (struct plugin_ctx *ctx);
-void job_changed (struct dwsjob *st);
-json_t *all_records (struct plugin_ctx *ctx);
-int watcher_start (struct plugin_ctx *ctx, struct watcher *w);
+/* 6 holds.c */
+void cancel_wait (struct dwsjob *st);
+void start_wait (struct dwsjob *st);
+void tell_waiting (struct dwsjob *st);
+void hold_in_depend (struct dwsjob *st);
+void start_prolog (struct dwsjob *st);
+void note_shells_gone (struct dwsjob *st);
+void start_epilog (struct dwsjob *st);
+bool storage_gate_closed (struct plugin_ctx *ctx);
+int keep_from_scheduler (struct dwsjob *st, flux_plugin_arg_t *args);
+int storage_held_method (struct plugin_ctx *ctx,
+                         const flux_msg_t *msg,
+                         const char *method,
+                         json_t *payload,
+                         json_t **response,
+                         struct rpc_error *err);
+int reconcile_cb (flux_plugin_t *p,
+                  const char *topic,
+                  flux_plugin_arg_t *args,
+                  void *arg);
 
-/* service.c */
-bool service_connected (struct plugin_ctx *ctx);
+/* 7 service.c */
 void service_alive (struct plugin_ctx *ctx);
-void service_back (struct plugin_ctx *ctx);
 void presence_expired (flux_reactor_t *r,
                        flux_watcher_t *w,
                        int revents,
@@ -249,41 +274,51 @@ int heartbeat_method (struct plugin_ctx *ctx,
                       json_t **response,
                       struct rpc_error *err);
 
-/* holds.c */
-void cancel_wait (struct dwsjob *st);
-void start_wait (struct dwsjob *st);
-void tell_waiting (struct dwsjob *st);
-void hold_in_depend (struct dwsjob *st);
-void start_prolog (struct dwsjob *st);
-void note_shells_gone (struct dwsjob *st);
-void start_epilog (struct dwsjob *st);
-bool storage_gate_closed (struct plugin_ctx *ctx);
-int keep_from_scheduler (struct dwsjob *st, flux_plugin_arg_t *args);
-int storage_held_method (struct plugin_ctx *ctx,
-                         const flux_msg_t *msg,
-                         const char *method,
-                         json_t *payload,
-                         json_t **response,
-                         struct rpc_error *err);
-int reconcile_cb (flux_plugin_t *p,
-                  const char *topic,
-                  flux_plugin_arg_t *args,
-                  void *arg);
-
-/* methods.c */
+/* 8 methods.c */
 int lookup_dw_job (struct plugin_ctx *ctx,
                    const char *method,
                    json_t *payload,
                    struct dwsjob *ghost,
                    struct dwsjob **stp,
                    struct rpc_error *err);
-void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg);
-void request_cb (flux_t *h,
-                 flux_msg_handler_t *mh,
+int release_method (struct plugin_ctx *ctx,
+                    const flux_msg_t *msg,
+                    const char *method,
+                    json_t *payload,
+                    json_t **response,
+                    struct rpc_error *err);
+int prolog_finish_method (struct plugin_ctx *ctx,
+                          const flux_msg_t *msg,
+                          const char *method,
+                          json_t *payload,
+                          json_t **response,
+                          struct rpc_error *err);
+int epilog_finish_method (struct plugin_ctx *ctx,
+                          const flux_msg_t *msg,
+                          const char *method,
+                          json_t *payload,
+                          json_t **response,
+                          struct rpc_error *err);
+int raise_method (struct plugin_ctx *ctx,
+                  const flux_msg_t *msg,
+                  const char *method,
+                  json_t *payload,
+                  json_t **response,
+                  struct rpc_error *err);
+int post_method (struct plugin_ctx *ctx,
                  const flux_msg_t *msg,
-                 void *arg);
+                 const char *method,
+                 json_t *payload,
+                 json_t **response,
+                 struct rpc_error *err);
+int memo_method (struct plugin_ctx *ctx,
+                 const flux_msg_t *msg,
+                 const char *method,
+                 json_t *payload,
+                 json_t **response,
+                 struct rpc_error *err);
 
-/* save.c */
+/* 9 save.c */
 void save_destroy (struct pending_save *ps);
 int save_method (struct plugin_ctx *ctx,
                  const flux_msg_t *msg,
@@ -291,6 +326,15 @@ int save_method (struct plugin_ctx *ctx,
                  json_t *payload,
                  json_t **response,
                  struct rpc_error *err);
+
+/* 10 dispatch.c */
+void soon_cb (flux_reactor_t *r, flux_watcher_t *w, int revents, void *arg);
+void request_cb (flux_t *h,
+                 flux_msg_handler_t *mh,
+                 const flux_msg_t *msg,
+                 void *arg);
+
+/* 11 dws-jobtap.c: only flux_plugin_init(), which the job-manager finds by name */
 
 #pragma GCC visibility pop
 

@@ -8,6 +8,9 @@
 /* holds.c - where the plugin holds #DW jobs: the dependency dws (DEPEND), the
  * prolog and epilog actions dws, the storage gate (PRIORITY, see keep_from_scheduler),
  * and the [dws] service-wait bound while no service runs.
+ *
+ * Layer 6 of 11 (dws-jobtap.h): may call layers 1-5 only; calls util.c, records.c and
+ * job.c.
  */
 
 #include <errno.h>

@@ -8,6 +8,9 @@
 /* job.c - what the plugin knows about one #DW job (struct dwsjob), derived from
  * the job's eventlog, and rebuilding it from the eventlog for a job the plugin did not
  * see enter its current state (plugin loaded again, job-manager restarted).
+ *
+ * Layer 5 of 11 (dws-jobtap.h): may call layers 1-4 only; calls util.c, rabbits.c and
+ * records.c.
  */
 
 #include <errno.h>
@@ -15,29 +18,6 @@
 #include <string.h>
 
 #include "dws-jobtap.h"
-
-const char *job_phase (struct dwsjob *st)
-{
-    if (st->state == FLUX_JOB_STATE_INACTIVE)
-        return "gone";
-    if (st->prologs > 0)
-        return "prolog";
-    /* A job that ran is held from CLEANUP on (its epilog starts at "finish"), but it is
-     * in phase epilog, where the service tears its storage down, only once its shells
-     * are gone: at "release", or when it started in an earlier instance.
-     */
-    if (st->state == FLUX_JOB_STATE_CLEANUP
-        && (st->epilog_started || st->epilog_requested)
-        && (!st->started || st->released || st->shells_gone))
-        return "epilog";
-    if (st->started)
-        return "run";
-    if (st->state == FLUX_JOB_STATE_RUN)  // once the dws prolog finished, the tasks are starting
-        return st->prolog_started ? "run" : "prolog";
-    if (st->state == FLUX_JOB_STATE_DEPEND && st->dep_held)
-        return "depend";
-    return "sched";
-}
 
 /* The job-manager hands jobtap plugins R without its "scheduling" key (redacted), so the
  * rabbits and ssd vertices Fluxion wrote into the JGF are read from the job's R in the KVS.
@@ -220,7 +200,8 @@ void dwsjob_detach (struct dwsjob *st)
         return;
     if (st->rebuild_f)
         rebuild_done (st);
-    cancel_wait (st);
+    flux_watcher_destroy (st->wait_timer);  // the service-wait timer (holds.c), if any
+    st->wait_timer = NULL;
     if (st->prev)
         st->prev->next = st->next;
     else if (ctx->jobs == st)

@@ -5,15 +5,16 @@
  * SPDX-License-Identifier: LGPL-3.0-only
 \************************************************************/
 
-/* methods.c - job-manager.dws.* requests: the dispatcher (owner check, queueing
- * while job state is rebuilt) and the per-job methods release, prolog-finish,
- * epilog-finish, raise and post.
+/* methods.c - the per-job job-manager.dws.* methods: release, prolog-finish,
+ * epilog-finish, raise, post and memo, and lookup_dw_job, which finds the job a request
+ * names (save.c's too).
+ *
+ * Layer 8 of 11 (dws-jobtap.h): may call layers 1-7 only; calls util.c.
  */
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "dws-jobtap.h"
@@ -62,12 +63,12 @@ int lookup_dw_job (struct plugin_ctx *ctx,
     return fail (err, ENOENT, "job %s is not held by the dws plugin", idbuf);
 }
 
-static int release_method (struct plugin_ctx *ctx,
-                           const flux_msg_t *msg,
-                           const char *method,
-                           json_t *payload,
-                           json_t **response,
-                           struct rpc_error *err)
+int release_method (struct plugin_ctx *ctx,
+                    const flux_msg_t *msg,
+                    const char *method,
+                    json_t *payload,
+                    json_t **response,
+                    struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
     char idbuf[32];
@@ -103,12 +104,12 @@ static int release_method (struct plugin_ctx *ctx,
     return 0;
 }
 
-static int prolog_finish_method (struct plugin_ctx *ctx,
-                                 const flux_msg_t *msg,
-                                 const char *method,
-                                 json_t *payload,
-                                 json_t **response,
-                                 struct rpc_error *err)
+int prolog_finish_method (struct plugin_ctx *ctx,
+                          const flux_msg_t *msg,
+                          const char *method,
+                          json_t *payload,
+                          json_t **response,
+                          struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
     char idbuf[32];
@@ -151,12 +152,12 @@ static int prolog_finish_method (struct plugin_ctx *ctx,
     return 0;
 }
 
-static int epilog_finish_method (struct plugin_ctx *ctx,
-                                 const flux_msg_t *msg,
-                                 const char *method,
-                                 json_t *payload,
-                                 json_t **response,
-                                 struct rpc_error *err)
+int epilog_finish_method (struct plugin_ctx *ctx,
+                          const flux_msg_t *msg,
+                          const char *method,
+                          json_t *payload,
+                          json_t **response,
+                          struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
     char idbuf[32];
@@ -178,12 +179,12 @@ static int epilog_finish_method (struct plugin_ctx *ctx,
     return 0;
 }
 
-static int raise_method (struct plugin_ctx *ctx,
-                         const flux_msg_t *msg,
-                         const char *method,
-                         json_t *payload,
-                         json_t **response,
-                         struct rpc_error *err)
+int raise_method (struct plugin_ctx *ctx,
+                  const flux_msg_t *msg,
+                  const char *method,
+                  json_t *payload,
+                  json_t **response,
+                  struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
     char idbuf[32];
@@ -238,12 +239,12 @@ static int raise_method (struct plugin_ctx *ctx,
     return 0;
 }
 
-static int post_method (struct plugin_ctx *ctx,
-                        const flux_msg_t *msg,
-                        const char *method,
-                        json_t *payload,
-                        json_t **response,
-                        struct rpc_error *err)
+int post_method (struct plugin_ctx *ctx,
+                 const flux_msg_t *msg,
+                 const char *method,
+                 json_t *payload,
+                 json_t **response,
+                 struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
     char idbuf[32];
@@ -281,12 +282,12 @@ static int post_method (struct plugin_ctx *ctx,
  * the job got, which the service reads from the job's full R (jobtap's R has no
  * scheduling key).  {"id", "memo": {...}}.
  */
-static int memo_method (struct plugin_ctx *ctx,
-                        const flux_msg_t *msg,
-                        const char *method,
-                        json_t *payload,
-                        json_t **response,
-                        struct rpc_error *err)
+int memo_method (struct plugin_ctx *ctx,
+                 const flux_msg_t *msg,
+                 const char *method,
+                 json_t *payload,
+                 json_t **response,
+                 struct rpc_error *err)
 {
     struct dwsjob ghost, *st = NULL;
     char idbuf[32];
@@ -304,121 +305,6 @@ static int memo_method (struct plugin_ctx *ctx,
                      f58 (st->id, idbuf, sizeof (idbuf)), strerror (errno));
     *response = json_object ();
     return 0;
-}
-
-static const struct {
-    const char *name;
-    method_f fn;
-} methods[] = {
-    { "watch", watch_method },
-    { "list", list_method },
-    { "release", release_method },
-    { "prolog-finish", prolog_finish_method },
-    { "epilog-finish", epilog_finish_method },
-    { "raise", raise_method },
-    { "post", post_method },
-    { "memo", memo_method },
-    { "heartbeat", heartbeat_method },
-    { "save", save_method },
-    { "persistent", persistent_method },
-    { "storage-held", storage_held_method },
-};
-
-/* Whether the request comes from the instance owner (every method is the owner's).
- */
-static bool is_owner (const flux_msg_t *msg)
-{
-    struct flux_msg_cred cred;
-
-    return flux_msg_get_cred (msg, &cred) == 0 && (cred.rolemask & FLUX_ROLE_OWNER);
-}
-
-/* Answer one job-manager.dws.<method> request.
- */
-void dispatch (struct plugin_ctx *ctx, const flux_msg_t *msg)
-{
-    const char *topic = NULL;
-    const char *payload_str = NULL;
-    const char *method;
-    json_t *payload = NULL;
-    json_t *response = NULL;
-    struct rpc_error err = { 0 };
-    method_f fn = NULL;
-
-    if (flux_request_decode (msg, &topic, &payload_str) < 0) {
-        fail (&err, errno, "job-manager.dws: malformed request");
-        goto error;
-    }
-    method = topic + strlen (ctx->prefix);
-    /* The role first: a guest's payload is never parsed (nor its method looked up). */
-    if (!is_owner (msg)) {
-        fail (&err, EPERM,
-              "job-manager.dws.%s: only the instance owner may use this method",
-              method);
-        goto error;
-    }
-    if (!payload_str
-        || !(payload = json_loads (payload_str, 0, NULL))
-        || !json_is_object (payload)) {
-        fail (&err, EPROTO, "request payload must be a JSON object");
-        goto error;
-    }
-    for (size_t i = 0; i < sizeof (methods) / sizeof (methods[0]); i++) {
-        if (streq (methods[i].name, method))
-            fn = methods[i].fn;
-    }
-    if (!fn) {
-        fail (&err, ENOSYS, "job-manager.dws.%s: no such method", method);
-        goto error;
-    }
-    if (fn (ctx, msg, method, payload, &response, &err) < 0)
-        goto error;
-    if (response && flux_respond_pack (ctx->h, msg, "O", response) < 0)
-        flux_log_error (ctx->h, "dws: responding to %s", topic);
-    json_decref (response);
-    json_decref (payload);
-    return;
-error:
-    if (flux_respond_error (ctx->h, msg, err.errnum ? err.errnum : EINVAL, err.text) < 0)
-        flux_log_error (ctx->h, "dws: responding to %s", topic ? topic : "a request");
-    json_decref (payload);
-}
-
-void request_cb (flux_t *h,
-                 flux_msg_handler_t *mh,
-                 const flux_msg_t *msg,
-                 void *arg)
-{
-    struct plugin_ctx *ctx = arg;
-
-    if (!is_owner (msg)) {  // refused at once, never queued: guests cannot fill the queue
-        dispatch (ctx, msg);
-        return;
-    }
-    if (ctx->rebuilding > 0 || ctx->queued) {
-        struct queued_msg *q;
-        if (ctx->nqueued >= MAX_QUEUED) {
-            if (flux_respond_error (h, msg, EAGAIN,
-                                    "job-manager.dws: the plugin is rebuilding job state"
-                                    " and already holds " MAX_QUEUED_TEXT
-                                    " requests; try again") < 0)
-                flux_log_error (h, "dws: responding to a request");
-            return;
-        }
-        if (!(q = calloc (1, sizeof (*q)))) {
-            if (flux_respond_error (h, msg, ENOMEM, NULL) < 0)
-                flux_log_error (h, "dws: responding to a request");
-            return;
-        }
-        q->msg = flux_msg_incref (msg);
-        *ctx->queued_tail = q;
-        ctx->queued_tail = &q->next;
-        ctx->nqueued++;
-        if (ctx->rebuilding == 0)
-            schedule_soon (ctx);
-        return;
-    }
-    dispatch (ctx, msg);
 }
 
 // vi:ts=4 sw=4 expandtab

@@ -12,6 +12,8 @@
  * words the service computed (flux_dws.core.persistent.use_refusal), so submit and
  * Proposal say the same thing.  No snapshot (no service since the load, or the service
  * is gone): every job is accepted and the check happens at Proposal.
+ *
+ * Layer 3 of 11 (dws-jobtap.h): may call layers 1-2 only; calls util.c.
  */
 
 #include <errno.h>

@@ -7,6 +7,8 @@
 
 /* rabbits.c - the hosts and rabbits of a job's allocation, from R: its
  * execution.nodelist and the JGF Fluxion puts under scheduling (doc/protocol.rst).
+ *
+ * Layer 2 of 11 (dws-jobtap.h): may call layer 1 only; calls util.c.
  */
 
 #define _GNU_SOURCE

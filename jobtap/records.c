@@ -7,6 +7,8 @@
 
 /* records.c - the record protocol: job records (doc/protocol.rst, Job records)
  * and the watch streams that get them, each sent only the records that changed.
+ *
+ * Layer 4 of 11 (dws-jobtap.h): may call layers 1-3 only; calls util.c.
  */
 
 #include <errno.h>
@@ -15,6 +17,31 @@
 #include <stdlib.h>
 
 #include "dws-jobtap.h"
+
+/* The phase a job's record says (doc/protocol.rst, Job records).
+ */
+static const char *job_phase (struct dwsjob *st)
+{
+    if (st->state == FLUX_JOB_STATE_INACTIVE)
+        return "gone";
+    if (st->prologs > 0)
+        return "prolog";
+    /* A job that ran is held from CLEANUP on (its epilog starts at "finish"), but it is
+     * in phase epilog, where the service tears its storage down, only once its shells
+     * are gone: at "release", or when it started in an earlier instance.
+     */
+    if (st->state == FLUX_JOB_STATE_CLEANUP
+        && (st->epilog_started || st->epilog_requested)
+        && (!st->started || st->released || st->shells_gone))
+        return "epilog";
+    if (st->started)
+        return "run";
+    if (st->state == FLUX_JOB_STATE_RUN)  // once the dws prolog finished, the tasks are starting
+        return st->prolog_started ? "run" : "prolog";
+    if (st->state == FLUX_JOB_STATE_DEPEND && st->dep_held)
+        return "depend";
+    return "sched";
+}
 
 /* The job as the plugin describes it to watchers (doc/protocol.rst, Job records).
  * Deep copies, so a record already sent never changes under a watcher.
@@ -48,6 +75,17 @@ void watcher_destroy (struct watcher *w)
     }
 }
 
+/* Whether a service watches (the active one: standbys are not in ctx->watchers).
+ */
+bool service_connected (struct plugin_ctx *ctx)
+{
+    for (struct watcher *w = ctx->watchers; w; w = w->next) {
+        if (w->service)
+            return true;
+    }
+    return false;
+}
+
 /* End a watch stream with an error response and forget it.
  */
 void watcher_end (struct plugin_ctx *ctx,
@@ -78,9 +116,10 @@ static int id_compare (const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* Send each watcher the records that changed since it last heard of them.
+/* Send each watcher the records that changed since it last heard of them (from
+ * soon_cb, on the reactor loop after job_changed).
  */
-static void flush_dirty (struct plugin_ctx *ctx)
+void flush_dirty (struct plugin_ctx *ctx)
 {
     size_t n = json_object_size (ctx->dirty);
     json_int_t *ids;
@@ -125,23 +164,6 @@ static void flush_dirty (struct plugin_ctx *ctx)
     json_object_clear (ctx->dirty);
 }
 
-void soon_cb (flux_reactor_t *r, flux_watcher_t *w, int revents, void *arg)
-{
-    struct plugin_ctx *ctx = arg;
-
-    while (ctx->rebuilding == 0 && ctx->queued) {
-        struct queued_msg *q = ctx->queued;
-        ctx->queued = q->next;
-        if (!ctx->queued)
-            ctx->queued_tail = &ctx->queued;
-        ctx->nqueued--;
-        dispatch (ctx, q->msg);
-        flux_msg_decref (q->msg);
-        free (q);
-    }
-    flush_dirty (ctx);
-}
-
 void schedule_soon (struct plugin_ctx *ctx)
 {
     if (ctx->soon && !ctx->destroying && !flux_watcher_is_active (ctx->soon)) {
@@ -183,8 +205,8 @@ json_t *all_records (struct plugin_ctx *ctx)
     return records;
 }
 
-/* Start ``w``'s stream with the snapshot; a service watcher becomes the active one.
- * On failure ``w`` is destroyed.
+/* Start ``w``'s stream with the snapshot and add it to the watchers (a service's becomes
+ * the active one: service.c's start_watch).  On failure ``w`` is destroyed.
  */
 int watcher_start (struct plugin_ctx *ctx, struct watcher *w)
 {
@@ -208,12 +230,6 @@ int watcher_start (struct plugin_ctx *ctx, struct watcher *w)
         flux_log_error (ctx->h, "dws: responding to watch");
         watcher_destroy (w);
         return -1;
-    }
-    if (w->service) {
-        w->last_heard = reactor_now (ctx);
-        json_object_set_new (w->who, "since", json_real (w->last_heard));
-        service_back (ctx);
-        service_alive (ctx);
     }
     w->next = ctx->watchers;
     ctx->watchers = w;

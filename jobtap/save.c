@@ -7,6 +7,8 @@
 
 /* save.c - the save method: a JSON value under the job's own KVS directory
  * (keys dws.*), answered once the commit is done.
+ *
+ * Layer 9 of 11 (dws-jobtap.h): may call layers 1-8 only; calls util.c and methods.c.
  */
 
 #include <ctype.h>

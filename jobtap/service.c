@@ -8,6 +8,9 @@
 /* service.c - the flux-dws service as the plugin sees it: one active service
  * watch, standbys waiting to take over, and its presence (heartbeats); the watch, list
  * and heartbeat methods.
+ *
+ * Layer 7 of 11 (dws-jobtap.h): may call layers 1-6 only; calls util.c, persistent.c,
+ * records.c and holds.c.
  */
 
 #define _GNU_SOURCE
@@ -19,15 +22,6 @@
 #include "dws-jobtap.h"
 
 static bool promote_standby (struct plugin_ctx *ctx);
-
-bool service_connected (struct plugin_ctx *ctx)
-{
-    for (struct watcher *w = ctx->watchers; w; w = w->next) {
-        if (w->service)
-            return true;
-    }
-    return false;
-}
 
 static struct watcher *active_service (struct plugin_ctx *ctx)
 {
@@ -84,12 +78,28 @@ void service_alive (struct plugin_ctx *ctx)
 
 /* A service watches: no job waits for it any more, and the next absence is news.
  */
-void service_back (struct plugin_ctx *ctx)
+static void service_back (struct plugin_ctx *ctx)
 {
     for (struct dwsjob *st = ctx->jobs; st; st = st->next) {
         cancel_wait (st);
         st->waiting_told = false;
     }
+}
+
+/* Start ``w``'s stream (watcher_start); a service watcher becomes the active one.
+ * On failure ``w`` is destroyed.
+ */
+static int start_watch (struct plugin_ctx *ctx, struct watcher *w)
+{
+    if (watcher_start (ctx, w) < 0)
+        return -1;
+    if (w->service) {
+        w->last_heard = reactor_now (ctx);
+        json_object_set_new (w->who, "since", json_real (w->last_heard));
+        service_back (ctx);
+        service_alive (ctx);
+    }
+    return 0;
 }
 
 /* The service is gone (silent for presence_timeout(), or never came since the plugin
@@ -174,7 +184,7 @@ static bool promote_standby (struct plugin_ctx *ctx)
         flux_log (ctx->h, LOG_WARNING,
                   "dws: the flux-dws service is gone; the standby (%s) takes over",
                   who_text (w->who, who, sizeof (who)));
-        if (watcher_start (ctx, w) == 0)
+        if (start_watch (ctx, w) == 0)
             return true;
     }
     return false;
@@ -235,7 +245,7 @@ int watch_method (struct plugin_ctx *ctx,
     *response = NULL;  // answered here; the stream stays open
 
     if (!service) {
-        (void)watcher_start (ctx, w);
+        (void)start_watch (ctx, w);
         return 0;
     }
     check_active (ctx);
@@ -262,7 +272,7 @@ int watch_method (struct plugin_ctx *ctx,
                   who_text (w->who, who, sizeof (who)));
         return 0;
     }
-    (void)watcher_start (ctx, w);
+    (void)start_watch (ctx, w);
     return 0;
 }
 

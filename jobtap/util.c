@@ -7,6 +7,8 @@
 
 /* util.c - small helpers of the dws jobtap plugin: RPC errors, f58 job IDs,
  * Flux Standard Durations (as flux_dws/base/fsd.py) and the submit-time checks.
+ *
+ * Layer 1 of 11 (dws-jobtap.h), the bottom: calls no other file.
  */
 
 #include <ctype.h>
