@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,8 @@ from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import Metrics, Seen
 from flux_dws.service.outcome import (
     Adopted,
+    AskAnswered,
+    Asking,
     Delivered,
     Done,
     Learned,
@@ -107,6 +110,16 @@ class Harness:
         assert len(box) == 1, box
         return box[0]
 
+    def report(self, timeout: float = 30.0) -> Outcome:
+        """The one outcome a detached call reported (waiting for it)."""
+        deadline = time.monotonic() + timeout
+        while not self.reported and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ((jobid, outcome),) = self.reported
+        assert jobid == JOBID
+        self.reported.clear()
+        return outcome
+
     def stop(self) -> None:
         self.worker.stop()
         self.loop.stop()
@@ -177,12 +190,18 @@ def test_create_workflow_with_an_unknown_group_looks_it_up_then_decides_again(h)
     assert h.x.gids[os.getuid()] == os.getgid()
 
 
-def test_set_desired_state_asks_for_the_state_and_adopts_the_answer(h, kube):
+def test_set_desired_state_goes_on_at_once_and_the_answer_is_adopted(h, kube):
     obj = create(h)
-    outcome = h.run(act.SetDesiredState(State.TEARDOWN), seen_of(obj))
+    outcome = h.run(act.SetDesiredState(State.TEARDOWN, hurry=True), seen_of(obj))
     assert isinstance(outcome, Learned), outcome
-    (adopted,) = outcome.facts
-    assert isinstance(adopted, Adopted) and adopted.obj["spec"]["desiredState"] == "Teardown"
+    (asking,) = outcome.facts
+    assert isinstance(asking, Asking) and asking.before is not None
+    assert (asking.asked.desired_state, asking.asked.hurry) == (State.TEARDOWN, True)
+    answer = h.report()
+    assert isinstance(answer, Learned) and len(answer.facts) == 1
+    (answered,) = answer.facts
+    assert isinstance(answered, AskAnswered) and answered.asking is asking
+    assert answered.obj["spec"]["desiredState"] == "Teardown"
     assert kube.get_workflow(obj["metadata"]["name"])["spec"]["desiredState"] == "Teardown"
 
 
@@ -190,8 +209,20 @@ def test_set_desired_state_on_a_workflow_gone_retries_without_failing_the_job(h,
     obj = create(h)
     kube.delete_workflow(obj["metadata"]["name"])
     outcome = h.run(act.SetDesiredState(State.TEARDOWN), seen_of(obj))
-    assert isinstance(outcome, Retry) and outcome.failure is None, outcome
-    assert outcome.why.startswith("asking for Teardown: ")
+    (asking,) = outcome.facts
+    answer = h.report()
+    assert isinstance(answer, Retry) and answer.failure is None, answer
+    assert answer.why.startswith("asking for Teardown: ")
+    assert answer.facts == (AskAnswered(asking),)  # the view goes back
+
+
+def test_a_patch_the_server_refuses_is_judged_by_the_core(h, kubeapi):
+    obj = create(h)
+    kubeapi.faults.fail_next(1, code=403)
+    h.run(act.SetDesiredState(State.TEARDOWN), seen_of(obj))
+    answer = h.report()
+    assert isinstance(answer, Retry) and answer.failure is not None, answer
+    assert answer.failure.permanent and answer.failure.what == "asking for Teardown"
 
 
 def test_setup_with_no_system_configuration_is_refused_as_unplaceable(h, kube):

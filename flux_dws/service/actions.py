@@ -12,10 +12,11 @@ flux_dws.service.release.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
 from flux_dws.base import untrusted
 from flux_dws.base.hostlist import encode_hostlist
@@ -31,6 +32,7 @@ from flux_dws.core.persistent import persistent_names
 from flux_dws.core.rabbits import servers_awaiting_nnf
 from flux_dws.core.states import State
 from flux_dws.core.storage import ComputeLayout, StorageError, needs_from_breakdowns, plan_servers
+from flux_dws.flux.jobmanager import SETTLED_ERRNOS
 from flux_dws.k8s import KubeClient, KubeError, WorkflowRejected
 from flux_dws.k8s.resources import container_timeouts
 from flux_dws.service.executor import ActionExecutor
@@ -38,6 +40,9 @@ from flux_dws.service.jobs import Seen
 from flux_dws.service.outcome import (
     DONE,
     Adopted,
+    AskAnswered,
+    Asking,
+    Call,
     Delivered,
     FailuresRead,
     Learned,
@@ -54,6 +59,7 @@ from flux_dws.service.outcome import (
     WorkflowDeleted,
     call,
     error_text,
+    outcome_of,
 )
 
 log = logging.getLogger("flux-dws")
@@ -106,34 +112,65 @@ def _inputs_of_create(
 
 
 def set_desired_state(x: ActionExecutor, action: act.SetDesiredState, seen: Seen) -> Steps:
+    """Place the storage (for Setup), then send the writes and the patch, and go on at once:
+    DWS often reports the new state (watch) before the patch's own answer is read, and the
+    job must not sit busy meanwhile.  The view says it was asked until the answer comes
+    (not settled, so nothing advances on it)."""
     name = x.workflow_name(seen)
     try:
         plan, notes, allocated = yield from _place(x, seen, action)
     except StorageError as exc:
         return Refused(Refusal(f"cannot place the job's storage: {exc}", state=action.state))
     _log_asking(seen, name, action)
-    try:
-        obj, sent_at = yield call(
-            _assign_and_ask,
-            x.kube,
-            name,
-            action,
-            plan,
-            notes,
-            what=f"asking for {action.state.value}",
-            lane="urgent",
-        )
-    except Exception as exc:
-        x.placements.settle(plan, False)
-        if isinstance(exc, KubeError) and exc.status == 404:  # gone: the watch will say so
-            return Retry(f"asking for {action.state.value}: {error_text(exc)}")
-        raise
-    x.placements.settle(plan, True)
-    if seen.observed:
-        x.metrics.reactions.append((action.state, sent_at - seen.observed))
-    if allocated:  # the rabbits the job got, on the job for flux jobs -o
-        yield _memo(x, seen.job.jobid, allocated)
-    return Learned((Adopted(obj),))
+    wf = seen.workflow
+    asked = dataclasses.replace(wf, desired_state=action.state, hurry=action.hurry) if wf else None
+    asking = Asking(asked, wf)
+    answered = _asked(x, seen, action, asking, plan, allocated)
+    args = (x.kube, name, action, plan, notes)
+    what = f"asking for {action.state.value}"
+    yield Call(_assign_and_ask, args, {}, what, "urgent", detached=answered)
+    return Learned((asking,))
+
+
+def _asked(
+    x: ActionExecutor,
+    seen: Seen,
+    action: act.SetDesiredState,
+    asking: Asking,
+    plan: Mapping,
+    allocated: Mapping[str, str],
+) -> Callable[[Any, BaseException | None], Outcome]:
+    """What the patch's answer reports, on the loop."""
+    jobid, what = seen.job.jobid, f"asking for {action.state.value}"
+
+    def answered(result: Any, exc: BaseException | None) -> Outcome:
+        x.placements.settle(plan, exc is None)
+        if exc is not None:
+            undo = AskAnswered(asking)
+            if isinstance(exc, KubeError) and exc.status == 404:  # gone: the watch says so
+                return Retry(f"{what}: {error_text(exc)}", facts=(undo,))
+            failed = outcome_of(exc, what)
+            assert isinstance(failed, Retry)
+            return Retry(failed.why, failed.failure, (undo,))
+        obj, sent_at = result
+        if seen.observed:
+            x.metrics.reactions.append((action.state, sent_at - seen.observed))
+        if allocated:  # the rabbits the job got, on the job for flux jobs -o
+            memo = {"rabbits": encode_hostlist(sorted(set(allocated.values())))}
+            x.jm.memo(jobid, memo, _memo_answered(jobid))
+        return Learned((AskAnswered(asking, obj),))
+
+    return answered
+
+
+def _memo_answered(jobid: int) -> Callable[[Any, Any], None]:
+    """A memo that did not land is only a lost annotation: said, never retried."""
+
+    def answered(_response: Any, error: Any) -> None:
+        if error is not None and getattr(error, "errnum", None) not in SETTLED_ERRNOS:
+            log.warning("job %s: the rabbits memo was not set: %s", f58(jobid), error)
+
+    return answered
 
 
 def _log_asking(seen: Seen, name: str, action: act.SetDesiredState) -> None:
@@ -146,18 +183,6 @@ def _log_asking(seen: Seen, name: str, action: act.SetDesiredState) -> None:
         action.state.value,
         " (hurry)" if action.hurry else "",
     )
-
-
-def _memo(x: ActionExecutor, jobid: int, allocated: Mapping[str, str]) -> Rpc:
-    """The rabbits the job got, as its memo: a memo that did not land is only a lost
-    annotation, said and never retried."""
-    memo = {"rabbits": encode_hostlist(sorted(set(allocated.values())))}
-
-    def lost(error: str | None) -> None:
-        if error is not None:
-            log.warning("job %s: the rabbits memo was not set: %s", f58(jobid), error)
-
-    return Rpc(lambda done: x.jm.memo(jobid, memo, done), "memo", detached=lost)
 
 
 def _place(x: ActionExecutor, seen: Seen, action: act.SetDesiredState):
@@ -322,20 +347,19 @@ def post_event(x: ActionExecutor, action: act.PostEvent, seen: Seen) -> Steps:
         x.jm.post(jobid, action.name, context, done)
 
     if not action.wait:
-        yield Rpc(send, "post", detached=_post_answered(jobid, action.name, context))
+        yield Rpc(send, "post", detached=_post_answered(action.name, context))
         return Learned((Posted(action.name, context),))
     yield Rpc(send, "post")
     return Learned((Posted(action.name, context), Delivered(action.name, context)))
 
 
-def _post_answered(jobid: int, name: str, context: Mapping[str, Any]) -> Any:
+def _post_answered(name: str, context: Mapping[str, Any]) -> Any:
     """What a post sent without waiting reports when Flux answers it."""
 
     def answered(why: str | None) -> Outcome:
         if why is None:
             return Learned((Delivered(name, context),))
-        log.warning("job %s: posting %s failed: %s; will retry", f58(jobid), name, why)
-        return Retry(why, facts=(Unposted(name, context),))
+        return Retry(f"posting {name} failed: {why}", facts=(Unposted(name, context),))
 
     return answered
 

@@ -212,8 +212,13 @@ class _Steps:
             self.advance(None, TypeError(f"not a step: {step!r}"), "")
 
     def _call(self, step: Call) -> None:
+        detached, jobid = step.detached, self.seen.job.jobid
+
         def answered(result: Any, exc: BaseException | None) -> None:
-            self.advance(result, exc, step.what)
+            if detached is None:
+                self.advance(result, exc, step.what)
+            else:
+                self.x.report(jobid, detached(result, exc))
 
         try:
             self.x.worker.submit(
@@ -226,6 +231,9 @@ class _Steps:
             )
         except RuntimeError as exc:  # the service stopped while the handler waited
             self.advance(None, exc, step.what)
+            return
+        if detached is not None:
+            self.advance(None, None, "")
 
     def _rpc(self, step: Rpc) -> None:
         jobid = self.seen.job.jobid

@@ -46,6 +46,7 @@ class Tracked:
     observed: float = 0.0  # monotonic time of the last observation (job record or workflow)
     failing_since: float | None = None  # loop time a Kubernetes call first failed, in a row
     refusal: Refusal | None = None  # found while acting: decide() fails the job with it
+    asking: Any = None  # the desiredState patch in flight (service.outcome.Asking), if any
     unreadable: str = ""  # why the latest version of the workflow could not be read
     unreadable_since: float | None = None  # loop time it first could not be read (in a row)
     alarmed: str = ""  # the unreadable problem already reported

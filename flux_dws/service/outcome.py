@@ -44,13 +44,16 @@ class Call:
     """Run ``fn(*args, **kwargs)`` on a worker thread (``what`` names it in errors).
 
     ``lane``: "urgent" for a moving job's next state, "soon" for what the next state waits
-    for, "normal" for the rest (flux_dws.k8s.worker)."""
+    for, "normal" for the rest (flux_dws.k8s.worker).  ``detached``: go on at once; when the
+    call ends, the executor reports ``detached(result, error)`` to the loop as the job's
+    outcome (a desiredState patch: DWS often shows the new state before its answer)."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     what: str = ""
     lane: str = "normal"
+    detached: Callable[[Any, BaseException | None], Outcome] | None = None
 
 
 def call(fn: Callable[..., Any], *args: Any, what: str, lane: str = "normal", **kw: Any) -> Call:
@@ -116,6 +119,24 @@ class Delivered:
 
 
 @dataclass(frozen=True)
+class Asking:
+    """A desiredState patch is on its way: until its answer the view says it was asked
+    (``asked``; None for a workflow that could not be read) instead of ``before``."""
+
+    asked: Any
+    before: Any
+
+
+@dataclass(frozen=True)
+class AskAnswered:
+    """The answer to ``asking``: the workflow patched (``obj``), or None when it failed (the
+    view goes back to what it was, unless a newer one came meanwhile)."""
+
+    asking: Asking
+    obj: Any = None
+
+
+@dataclass(frozen=True)
 class RecordChanged:
     """What a job-manager request changed on the job (phase, started, exception)."""
 
@@ -144,6 +165,8 @@ Fact = Union[
     Posted,
     Unposted,
     Delivered,
+    Asking,
+    AskAnswered,
     RecordChanged,
     ProposalRead,
     FailuresRead,
@@ -216,6 +239,8 @@ def outcome_of(exc: BaseException, what: str) -> Outcome:
 __all__ = [
     "DONE",
     "Adopted",
+    "AskAnswered",
+    "Asking",
     "Call",
     "Delivered",
     "Done",

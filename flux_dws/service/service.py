@@ -55,6 +55,8 @@ from flux_dws.service.jobs import Metrics, Seen, Tracked
 from flux_dws.service.notify import Notifier
 from flux_dws.service.outcome import (
     Adopted,
+    AskAnswered,
+    Asking,
     Delivered,
     Done,
     Fact,
@@ -509,9 +511,9 @@ class Service:
 
     def _run_chain(self, tracked: Tracked, chain: list[Any], seen: Seen, index: int) -> None:
         if index == len(chain):
-            tracked.busy, tracked.failing_since = False, None
-            if not tracked.posting:  # a post in flight may yet fail: its backoff stands
-                tracked.retry = 0.0
+            tracked.busy = False
+            if not (tracked.posting or tracked.asking):  # what is in flight may yet fail:
+                tracked.retry, tracked.failing_since = 0.0, None  # its clock stands till then
             if tracked.dirty:
                 self._kick(tracked.jobid)
             return
@@ -553,18 +555,30 @@ class Service:
         return False
 
     def _report(self, jobid: int, outcome: Outcome) -> None:
-        """An outcome that came after its chain (a post sent without waiting)."""
+        """An outcome that came after its chain (a patch or a post sent without waiting):
+        its facts are written and a failure judged as in a chain; the job is decided again
+        now, or after a backoff."""
         tracked = self.jobs.get(jobid)
-        if tracked is None or self._stopped:
-            return
-        if isinstance(outcome, Done):
+        if tracked is None or self._stopped or isinstance(outcome, Done):
             return
         self._learn(tracked, outcome.facts)
-        if isinstance(outcome, Retry):
-            tracked.retry = failing.backoff(tracked.retry)
-            self.loop.call_later(tracked.retry, self._kick, jobid)
-        elif not tracked.busy:
-            self._kick(jobid)
+        if isinstance(outcome, Refused):
+            self._refuse(tracked, outcome.refusal)
+        elif isinstance(outcome, Retry):
+            refusal = self._give_up(tracked, outcome.failure) if outcome.failure else None
+            if refusal is None:
+                tracked.retry = failing.backoff(tracked.retry)
+                log.warning(
+                    "job %s workflow %s: %s; retrying in %.1fs",
+                    f58(jobid),
+                    self._workflow_name(tracked),
+                    outcome.why,
+                    tracked.retry,
+                )
+                self.loop.call_later(tracked.retry, self._kick, jobid)
+                return
+            self._refuse(tracked, refusal)
+        self._kick(jobid)
 
     def _give_up(self, tracked: Tracked, failure: failing.CallFailure) -> failing.Refusal | None:
         """The core's verdict on a Kubernetes call that failed (flux_dws.core.failing)."""
@@ -595,6 +609,9 @@ class Service:
             _LEARN[type(fact)](tracked, fact)
             tracked.dirty = True
 
+    def _workflow_name(self, tracked: Tracked) -> str:
+        return tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid)
+
     def _chain_failed(self, tracked: Tracked, name: str, error: str) -> None:
         self.metrics.failures[name] += 1
         self.presence.note_error(f"job {f58(tracked.jobid)}: {name} failed: {error}")
@@ -602,7 +619,7 @@ class Service:
         log.warning(
             "job %s workflow %s: %s failed: %s; retrying in %.1fs",
             f58(tracked.jobid),
-            tracked.workflow.name if tracked.workflow else self.kube.workflow_name(tracked.jobid),
+            self._workflow_name(tracked),
             name,
             error,
             tracked.retry,
@@ -669,6 +686,25 @@ def _delivered(tracked: Tracked, fact: Delivered) -> None:
         tracked.retry = 0.0  # what failed before went through
 
 
+def _asking(tracked: Tracked, fact: Asking) -> None:
+    """Until the patch's answer, the view says the state was asked (not settled)."""
+    tracked.asking = fact
+    if fact.asked is not None:
+        tracked.workflow = fact.asked
+
+
+def _ask_answered(tracked: Tracked, fact: AskAnswered) -> None:
+    asking = fact.asking
+    if tracked.asking is asking:
+        tracked.asking = None
+    if fact.obj is not None:
+        _adopted(tracked, Adopted(fact.obj))
+        if not tracked.busy:
+            tracked.retry, tracked.failing_since = 0.0, None  # it went through
+    elif asking.asked is not None and tracked.workflow is asking.asked:  # nothing newer came
+        tracked.workflow = asking.before
+
+
 def _record_changed(tracked: Tracked, fact: RecordChanged) -> None:
     """What a request just did, applied to the cached record ahead of the plugin's update.
 
@@ -703,6 +739,8 @@ _LEARN: dict[type, Any] = {
     Posted: _posted,
     Unposted: _unposted,
     Delivered: _delivered,
+    Asking: _asking,
+    AskAnswered: _ask_answered,
     RecordChanged: _record_changed,
     ProposalRead: _proposal_read,
     FailuresRead: _failures_read,
