@@ -95,19 +95,17 @@ def record_copies(x: ActionExecutor, action: act.RecordCopies, seen: Seen) -> St
         return read
     objects, problem = read
     records = copy_records(action.state, wf.directives, objects, problem=problem)
+    records = [r for r in records if r.index in action.indices]
     facts: list[Fact] = []
-    for record in (r for r in records if r.index in action.indices):
-        log.info(
-            "job %s workflow %s: %s directive %d: %s",
-            f58(jobid),
-            wf.name,
-            action.state.value,
-            record.index,
-            summary(record),
-        )
+    for record in records:
+        log.info("job %s workflow %s: %s", f58(jobid), wf.name, _copy_line(action, record))
         posted = yield from post_event(x, act.PostEvent(EVENT, record.to_event()), seen)
         facts += posted.facts
-    return _copies_outcome(seen, [r for r in records if r.index in action.indices], facts)
+    return _copies_outcome(seen, records, facts)
+
+
+def _copy_line(action: act.RecordCopies, record: Any) -> str:
+    return f"{action.state.value} directive {record.index}: {summary(record)}"
 
 
 def _copies_outcome(seen: Seen, records: list, facts: list[Fact]) -> Outcome:
@@ -123,23 +121,7 @@ def _copies_outcome(seen: Seen, records: list, facts: list[Fact]) -> Outcome:
 def save_output(x: ActionExecutor, action: act.SaveOutput, seen: Seen) -> Steps:
     wf, jobid = seen.workflow, seen.job.jobid
     assert wf is not None
-    limit = x.policy.container_log_size
-    cache = x.records.pods if x.records is not None else None
-    if cache is not None and wf.namespace == x.kube.namespace:
-        # The pod watch must reach the workflow's version (recordcache), for CATCH_UP at most,
-        # waited for holding no thread (catch_up=0 below: behind, it lists).
-        yield Wait(lambda answer: _when_current(x, cache, wf.resource_version, answer))
-    # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates and
-    # reads it waited a quarter second at 1000 jobs (bench_service).
-    args = (x.kube, wf.name, wf.namespace, limit, cache, wf.resource_version, 0.0)
-    step = Call(collect_output, args, {}, "reading container output", "soon")
-    saved = yield from read_or_go_on(
-        x,
-        jobid,
-        "output",
-        step,
-        lambda text: SavedOutput(note=f"no container output: {text}", limit=limit),
-    )
+    saved = yield from _collect(x, seen)
     if isinstance(saved, Retry):
         return saved
     problem = yield from _save(x, jobid, saved)
@@ -150,6 +132,26 @@ def save_output(x: ActionExecutor, action: act.SaveOutput, seen: Seen) -> Steps:
         context["output"] = problem
     _log_output(jobid, wf.name, context, saved)
     return (yield from post_event(x, act.PostEvent("dws-container", context), seen))
+
+
+def _collect(x: ActionExecutor, seen: Seen) -> Generator[Step, Any, Any]:
+    """The containers' exit codes and log tails (or why there are none), or a Retry."""
+    wf, limit = seen.workflow, x.policy.container_log_size
+    assert wf is not None
+    cache = x.records.pods if x.records is not None else None
+    if cache is not None and wf.namespace == x.kube.namespace:
+        # The pod watch must reach the workflow's version (recordcache), for CATCH_UP at most,
+        # waited for holding no thread (catch_up=0 below: behind, it lists).
+        yield Wait(lambda answer: _when_current(x, cache, wf.resource_version, answer))
+    # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates and
+    # reads it waited a quarter second at 1000 jobs (bench_service).
+    args = (x.kube, wf.name, wf.namespace, limit, cache, wf.resource_version, 0.0)
+    step = Call(collect_output, args, {}, "reading container output", "soon")
+
+    def none(text: str) -> SavedOutput:
+        return SavedOutput(note=f"no container output: {text}", limit=limit)
+
+    return (yield from read_or_go_on(x, seen.job.jobid, "output", step, none))
 
 
 def _save(x: ActionExecutor, jobid: int, saved: SavedOutput) -> Generator[Step, Any, Any]:

@@ -105,7 +105,7 @@ def mark_released(x: ActionExecutor, action: MarkReleased, seen: Seen) -> Steps:
 def record_release(x: ActionExecutor, action: RecordRelease, seen: Seen) -> Steps:
     wf, jobid = seen.workflow, seen.job.jobid
     assert wf is not None
-    key, what = f"{RELEASE_KEY}.{action.state.lower()}", f"release {action.state}"
+    what = f"release {action.state}"
     read: Any = ([], "")
     if action.state == State.DATAOUT.value:
         read = yield from read_or_go_on(x, jobid, what, movements_of(x, seen), no_movements)
@@ -113,12 +113,17 @@ def record_release(x: ActionExecutor, action: RecordRelease, seen: Seen) -> Step
             return read
     value = released_outcome(wf, action, jobid, *read)
     said = value.get("reason") or action.outcome.get("message")  # "<State> failed: ..."
-    log.info(
-        "job %s workflow %s (released early): %s",
-        f58(jobid),
-        wf.name,
-        said or f"{action.state} {action.outcome.get('status')}",
-    )
+    said = said or f"{action.state} {action.outcome.get('status')}"
+    log.info("job %s workflow %s (released early): %s", f58(jobid), wf.name, said)
+    return (yield from _save_outcome(x, seen, action, value))
+
+
+def _save_outcome(
+    x: ActionExecutor, seen: Seen, action: RecordRelease, value: dict[str, Any]
+) -> Steps:
+    """Save it in the job's KVS; one that can never be saved is logged and let go."""
+    jobid, what = seen.job.jobid, f"release {action.state}"
+    key = f"{RELEASE_KEY}.{action.state.lower()}"
     try:
         yield Rpc(lambda done: x.jm.save(jobid, key, value, done), "save")
     except RpcError as error:
@@ -126,11 +131,7 @@ def record_release(x: ActionExecutor, action: RecordRelease, seen: Seen) -> Step
             return Retry(f"save: {error}")
         log.error(
             "job %s workflow %s: could not save the %s outcome in the job's KVS (%s): %s; going on",
-            f58(jobid),
-            wf.name,
-            action.state,
-            key,
-            error,
+            *(f58(jobid), x.workflow_name(seen), action.state, key, error),
         )
     x.attempts.succeeded(jobid, what)
     return DONE
