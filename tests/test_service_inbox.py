@@ -114,3 +114,27 @@ def test_a_watch_event_older_than_the_known_version_is_ignored(service):
     service._on_workflow_event_thread("DELETED", workflow(5, 6, uid="uid-5-again"))
     service.loop.run_pending()
     assert service.jobs[5].workflow is None
+
+
+def test_a_handler_that_raises_for_one_workflow_loses_no_other_event(caplog):
+    """A bug met while handling one workflow's event (seen: a fact the loop could not write)
+    must not drop the rest of the batch: a workflow missing from the first list is taken for
+    deleted, and its job failed."""
+    from flux_dws.service.inbox import Inbox
+
+    loop = Loop()
+    handled: list[str] = []
+
+    def handle(kind: str, obj: dict, seen: float) -> None:
+        name = obj["metadata"]["name"]
+        if name.endswith("-2"):
+            raise KeyError("a bug")
+        handled.append(name)
+
+    inbox = Inbox(loop, handle)
+    for jobid in (1, 2, 3):
+        inbox.put("ADDED", workflow(jobid, 10 + jobid))
+    loop.run_pending()
+    assert handled == [workflow_name(IDENTITY, 1), workflow_name(IDENTITY, 3)]
+    assert inbox.depth() == 0
+    assert f"workflow {workflow_name(IDENTITY, 2)}: handling its ADDED event failed" in caplog.text

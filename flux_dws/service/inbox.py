@@ -10,12 +10,15 @@ and a re-creation stay in order.  One drain per batch is queued on the loop.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable
 
 from flux_dws.base import untrusted
 from flux_dws.base.loop import Loop
+
+log = logging.getLogger("flux-dws")
 
 #: (kind, workflow object, monotonic time it first arrived) -> None, on the loop
 Handler = Callable[[str, "dict[str, Any]", float], None]
@@ -47,8 +50,11 @@ class Inbox:
     def _drain(self) -> None:
         with self._lock:
             events, self._events, self._queued = self._events, {}, False
-        for kind, obj, seen in events.values():
-            self.handle(kind, obj, seen)
+        for (name, _uid), (kind, obj, seen) in events.items():
+            try:
+                self.handle(kind, obj, seen)
+            except Exception:  # a bug for one workflow must not lose the others' events
+                log.exception("workflow %s: handling its %s event failed", name, kind)
 
     def depth(self) -> int:
         """Events waiting for the loop."""

@@ -522,15 +522,23 @@ class Service:
         self.metrics.actions[name] += 1
 
         def settle(outcome: Outcome) -> None:
-            if self._settle(tracked, name, outcome):
-                self._run_chain(tracked, chain, seen, index + 1)
-            elif not tracked.busy or self._stopped:
+            try:
+                go_on = self._settle(tracked, name, outcome)
+            except Exception as exc:  # a bug must not wedge the job: log and retry later
+                log.exception("job %s: settling %s raised", f58(tracked.jobid), name)
+                self._chain_failed(tracked, name, f"{type(exc).__name__}: {exc}")
                 return
-            else:  # decide again at once, from what was learned
+            if go_on:
+                self._run_chain(tracked, chain, seen, index + 1)
+            elif tracked.busy and not self._stopped:  # decide again at once, from the facts
                 tracked.dirty = True
                 self._run_chain(tracked, chain, seen, len(chain))
 
-        self.executor.run(dispatch.handler_for(action), action, seen, settle)
+        try:
+            self.executor.run(dispatch.handler_for(action), action, seen, settle)
+        except Exception as exc:  # (the executor catches its handlers' own bugs)
+            log.exception("job %s: %s raised", f58(tracked.jobid), name)
+            self._chain_failed(tracked, name, f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ outcomes
 
@@ -561,7 +569,10 @@ class Service:
         tracked = self.jobs.get(jobid)
         if tracked is None or self._stopped or isinstance(outcome, Done):
             return
-        self._learn(tracked, outcome.facts)
+        try:
+            self._learn(tracked, outcome.facts)
+        except Exception:  # a bug must not wedge the job: decide again later
+            log.exception("job %s: writing what a detached call reported raised", f58(jobid))
         if isinstance(outcome, Refused):
             self._refuse(tracked, outcome.refusal)
         elif isinstance(outcome, Retry):
