@@ -479,7 +479,7 @@ custom = client.CustomObjectsApi(api)
 
 
 def workflows():
-    found = custom.list_cluster_custom_object(DWS_GROUP, VERSION, WORKFLOWS, _request_timeout=BOUND)
+    found = custom.list_cluster_custom_object(DWS_GROUP, VERSION, WORKFLOWS.plural, _request_timeout=BOUND)
     for wf in found["items"]:
         print(f"{wf['metadata']['namespace']}/{wf['metadata']['name']}")
     return 0
@@ -489,7 +489,7 @@ def wait_state(name, state):
     deadline = time.monotonic() + float(os.environ.get("DWS_TIMEOUT", "60"))
     while True:
         wf = custom.get_namespaced_custom_object(
-            DWS_GROUP, VERSION, "default", WORKFLOWS, name, _request_timeout=BOUND
+            DWS_GROUP, VERSION, "default", WORKFLOWS.plural, name, _request_timeout=BOUND
         )
         got = (wf.get("status") or {}).get("state")
         if got == state:
@@ -505,7 +505,7 @@ def force_ready(name):
         DWS_GROUP,
         VERSION,
         "default",
-        WORKFLOWS,
+        WORKFLOWS.plural,
         name,
         {"spec": {"forceReady": True}},
         _content_type=MERGE_PATCH,
