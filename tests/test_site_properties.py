@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from flux_dws.base import untrusted
 from flux_dws.base.errors import PolicyError, RequestError
 from flux_dws.base.hostlist import MAX_EXPANSION, HostlistError, expand_hostlist, expand_idset
-from flux_dws.cli.records import render_output
+from flux_dws.cli.recordviews import render_output
 from flux_dws.core import copies, health
 from flux_dws.core.output import OUTPUT_VERSION, read_saved
 from flux_dws.core.policy import (

@@ -37,7 +37,7 @@ from flux_dws.core.storage import (
     needs_from_breakdowns,
 )
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.flux.records import job_view
+from flux_dws.flux.jobrecords import job_view
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s.calls import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent

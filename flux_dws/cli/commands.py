@@ -19,7 +19,7 @@ from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.health import build_health, health_json, render_health
 from flux_dws.cli.inventory import filter_rows, list_rows
-from flux_dws.cli.records import copies, render_copies, render_output
+from flux_dws.cli.recordviews import copies, render_copies, render_output
 from flux_dws.cli.released import (
     KEYS,
     release_event,

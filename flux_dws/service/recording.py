@@ -28,7 +28,7 @@ from flux_dws.core.failing import Refusal
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s import recordcache
-from flux_dws.k8s.records import collect_output, data_movements_or_why
+from flux_dws.k8s.recordreads import collect_output, data_movements_or_why
 from flux_dws.service.actions import post_event
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import Seen
