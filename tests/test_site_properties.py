@@ -286,7 +286,7 @@ def test_requests_are_read_or_refused_in_one_bounded_line(dw, timeouts):
 @given(storages=st.lists(JSON, max_size=4), mounts=st.lists(JSON, max_size=4), name=TEXT)
 def test_health_text_is_readable_and_drain_reasons_bounded(storages, mounts, name):
     objs = [*storages, {"metadata": {"name": name}, "status": {"status": "Offline"}}]
-    rabbits = [r for r in map(health.rabbit_from_storage, objs) if r]
+    rabbits = [r for r in map(health.rabbit_health, objs) if r]
     hosts = {0: "c1", 1: "c1", 2: "c2"}
     plan = health.plan_drains(rabbits, {"c1": name, "c2": "r"}, hosts, {})
     for reason in plan.drain.values():
