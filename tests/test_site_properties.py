@@ -35,7 +35,7 @@ from flux_dws.core.policy import (
 )
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
-from flux_dws.core.workflow import _directive_of, _strip_directive
+from flux_dws.core.workflowstatus import prefixed_directive, strip_directive
 from flux_dws.k8s.resources import decode_token
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -316,9 +316,9 @@ def test_hostlists_expand_bounded_or_say_why(text):
 @given(digits=st.integers(1, 6000), message=TEXT)
 def test_directive_index_of_any_length_never_raises(digits, message):
     text = f"DW Directive {'7' * digits}: {message}"
-    index = _directive_of(text)
+    index = prefixed_directive(text)
     assert index is None or (digits <= 6 and index == int("7" * digits))
-    assert isinstance(_strip_directive(text), str)
+    assert isinstance(strip_directive(text), str)
 
 
 @PROPERTY

@@ -16,10 +16,11 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.fsd import parse_fsd
+from flux_dws.core.containeroutcome import ContainerState
 from flux_dws.core.lifecycle import container_note
 from flux_dws.core.messages import failure_note
 from flux_dws.core.states import STATE_KEYS, State
-from flux_dws.core.workflow import ContainerState, WorkflowView, view_workflow
+from flux_dws.core.workflow import WorkflowView, view_workflow
 from flux_dws.flux import results
 
 Event = Mapping[str, Any]

@@ -41,6 +41,7 @@ from flux_dws.core.actions import (
     SetDesiredState,
     WakeAt,
 )
+from flux_dws.core.containeroutcome import ContainerState
 from flux_dws.core.copies import pending_copies
 from flux_dws.core.failing import refusal_note
 from flux_dws.core.health import (
@@ -70,7 +71,7 @@ from flux_dws.core.release import (
 )
 from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError
-from flux_dws.core.workflow import ContainerState, WorkflowView
+from flux_dws.core.workflow import WorkflowView
 
 # Which desiredStates are consistent with each job phase (a job that has run: EPILOG).
 _EXPECTED: Mapping[JobPhase, frozenset[State]] = {
