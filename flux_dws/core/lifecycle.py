@@ -159,7 +159,7 @@ def decide_unreadable(
     if not job.teardown_failed:  # in Flux before the workflow is deleted
         context = {"workflow": name, "reason": f"Teardown failed: {reason}", "drained": []}
         ending.append(PostEvent("dws-teardown-failed", context, wait=True))
-    return [*ending, DeleteWorkflow(), *_release(job, None)]
+    return [*ending, DeleteWorkflow(), *_let_go(job, None)]
 
 
 def _unrecorded_copies(job: JobView, wf: WorkflowView) -> RecordCopies | None:
@@ -457,23 +457,23 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
     if job.request_error or job.request is None:
         reason = f"invalid DWS request: {job.request_error or 'no #DW directives'}"
         step = "correct the job's #DW directives and submit it again"
-        return _release(job, failure_note(State.PROPOSAL.value, reason, job.jobid, step=step))
+        return _let_go(job, failure_note(State.PROPOSAL.value, reason, job.jobid, step=step))
     if not job.workflow_created:
         if job.phase is JobPhase.DEPEND and job.exception is None:
             return [CreateWorkflow(job.request.lines, job.userid, job.groupid)]
         if job.phase in (JobPhase.DEPEND, JobPhase.EPILOG) or job.exception is not None:
-            return _release(job, None)
+            return _let_go(job, None)
         never = "no workflow was ever created for this job"
-        return _release(job, failure_note(State.PROPOSAL.value, never, job.jobid))
+        return _let_go(job, failure_note(State.PROPOSAL.value, never, job.jobid))
     if job.posted_state is State.TEARDOWN or _fatal(job):
-        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
+        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _let_go(job, None)
     where = job.posted_state or State.PROPOSAL
     name = wf.name if wf is not None else "the job's workflow"
     reason = f"{name} was deleted outside flux-dws while in {where.value}"
-    return _release(job, failure_note(where.value, reason, job.jobid))
+    return _let_go(job, failure_note(where.value, reason, job.jobid))
 
 
-def _release(job: JobView, note: str | None) -> list[Action]:
+def _let_go(job: JobView, note: str | None) -> list[Action]:
     """Let go of every hold on the job, failing it first with ``note`` if given (and giving
     back the ssd parts an early release began to hold, should its workflow have vanished)."""
     if job.phase is JobPhase.PROLOG:
