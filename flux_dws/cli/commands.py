@@ -18,6 +18,7 @@ from typing import Any, Callable, TextIO
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
 from flux_dws.cli.inventory import filter_rows, list_rows
+from flux_dws.cli.logsview import build_logs
 from flux_dws.cli.recordviews import copies, render_copies, render_output
 from flux_dws.cli.released import (
     KEYS,
@@ -44,7 +45,7 @@ from flux_dws.cli.servicestatus import (
     service_status_json,
 )
 from flux_dws.cli.sources import Source, SourceError, user_id, user_name
-from flux_dws.cli.views import build_logs, build_status, events_named, job_state
+from flux_dws.cli.views import build_status, events_named, job_state
 from flux_dws.core.output import OUTPUT_KEY, read_saved
 from flux_dws.core.reconcile import Sweep, plan_cleanup
 from flux_dws.core.states import State
