@@ -41,7 +41,7 @@ from flux_dws.testing.dwssim.companions import (  # noqa: E402
     storage_resource,
     system_configuration,
 )
-from flux_dws.testing.realflux import plain_R  # noqa: E402
+from flux_dws.testing.fluxsetup import plain_R  # noqa: E402
 
 NODES = 11520
 PER_RABBIT = 16

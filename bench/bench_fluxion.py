@@ -28,8 +28,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from flux_dws.core.jobspec import release_update  # noqa: E402
 from flux_dws.core.rabbits import GIB, RabbitPool, resource_graph  # noqa: E402
 from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE, AllocationNeed  # noqa: E402
+from flux_dws.flux.bindings import flux_command  # noqa: E402
 from flux_dws.testing.fluxionmatch import fluxion_match, node_jobspec  # noqa: E402
-from flux_dws.testing.realflux import flux_command, fluxion_installed, plain_R  # noqa: E402
+from flux_dws.testing.fluxsetup import fluxion_installed, plain_R  # noqa: E402
 
 JOB_NODES = 4
 SSD_PER_NODE = 60  # GiB

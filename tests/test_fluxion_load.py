@@ -16,7 +16,7 @@ import pytest
 from flux_dws.core.jobspec import release_update
 from flux_dws.core.rabbits import GIB, RabbitPool, allocated_rabbits, resource_graph, ssd_parts
 from flux_dws.core.storage import PER_COMPUTE, AllocationNeed
-from flux_dws.testing.realflux import plain_R
+from flux_dws.testing.fluxsetup import plain_R
 
 pytestmark = pytest.mark.realflux
 

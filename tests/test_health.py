@@ -384,7 +384,8 @@ def test_parts_to_hold_cover_the_missing_bytes_from_the_end():
 def test_on_real_flux_ranks_sharing_a_hostname_keep_their_own_drains():
     """flux-core itself: ranks 0 and 1 both on host c1; the admin drained rank 0, flux-dws
     rank 1 for rabbit r0.  r0 is back: the plan's undrain (an idset) frees rank 1 only."""
-    from flux_dws.testing.realflux import RealFlux, plain_R
+    from flux_dws.testing.fluxsetup import plain_R
+    from flux_dws.testing.realflux import RealFlux
 
     hosts = ["c1", "c1", "c3"]
     flux = RealFlux(hosts, {"instance": "shared"}, R=plain_R(hosts)).start()

@@ -55,7 +55,7 @@ PRERUN_FATAL = "#DW PreRun action=error message=boom severity=Fatal"
 def backend(request) -> str:
     """fakeflux always; a real Flux instance (jansson, the C plugin) where flux-core is."""
     if request.param == "flux":
-        from flux_dws.testing.realflux import flux_command
+        from flux_dws.flux.bindings import flux_command
 
         if flux_command() is None:
             pytest.skip("flux-core is not installed: real Flux skipped")
