@@ -41,7 +41,7 @@ from flux_dws.testing.dwssim.companions import (  # noqa: E402
     storage_resource,
     system_configuration,
 )
-from flux_dws.testing.realflux import plain_R  # noqa: E402
+from flux_dws.testing.fluxsetup import plain_R  # noqa: E402
 
 NODES = 11520
 PER_RABBIT = 16
@@ -106,9 +106,9 @@ print(json.dumps({
 """
 
 
-def parse(storages: list[dict]) -> tuple[health.Rabbit, ...]:
+def parse(storages: list[dict]) -> tuple[health.RabbitHealth, ...]:
     """Every Storage as health reads it (healthwatch does this per watch event, not per pass)."""
-    return tuple(r for r in map(health.rabbit_from_storage, storages) if r)
+    return tuple(r for r in map(health.rabbit_health, storages) if r)
 
 
 def health_pass(

@@ -26,10 +26,11 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from flux_dws.core.jobspec import release_update  # noqa: E402
-from flux_dws.core.rabbits import GIB, Rabbit, resource_graph  # noqa: E402
+from flux_dws.core.rabbits import GIB, RabbitPool, resource_graph  # noqa: E402
 from flux_dws.core.storage import ACROSS_SERVERS, PER_COMPUTE, AllocationNeed  # noqa: E402
+from flux_dws.flux.bindings import flux_command  # noqa: E402
 from flux_dws.testing.fluxionmatch import fluxion_match, node_jobspec  # noqa: E402
-from flux_dws.testing.realflux import flux_command, fluxion_installed, plain_R  # noqa: E402
+from flux_dws.testing.fluxsetup import fluxion_installed, plain_R  # noqa: E402
 
 JOB_NODES = 4
 SSD_PER_NODE = 60  # GiB
@@ -42,10 +43,10 @@ def hosts(count: int) -> list[str]:
     return [f"node{i:04d}" for i in range(1, count + 1)]
 
 
-def rabbits_for(names: list[str], count: int) -> dict[str, Rabbit]:
+def rabbits_for(names: list[str], count: int) -> dict[str, RabbitPool]:
     per = max(1, len(names) // count)
     return {
-        f"rabbit-{r:03d}": Rabbit(
+        f"rabbit-{r:03d}": RabbitPool(
             f"rabbit-{r:03d}", tuple(names[r * per : (r + 1) * per]), 32 * 2**40, "Ready", True
         )
         for r in range(count)

@@ -4,7 +4,7 @@
     python bench/bench_output.py [--pods 16] [--log-kib 256] [--limit-kib 64] [--repeat 5]
 
 Prints figures; never passes or fails on time.  Each container's log holds ``--log-kib`` of
-80-byte lines; flux_dws.k8s.records.collect_output lists the workflow's pods and reads the
+80-byte lines; flux_dws.k8s.recordreads.collect_output lists the workflow's pods and reads the
 last ``--limit-kib`` of each log from kubeapi with the real kubernetes client, as the service
 does once a job's containers end (before Teardown, on a worker thread).
 """
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from flux_dws.core.output import CONTAINER_LABEL  # noqa: E402
 from flux_dws.k8s import KubeClient  # noqa: E402
-from flux_dws.k8s.records import collect_output  # noqa: E402
+from flux_dws.k8s.recordreads import collect_output  # noqa: E402
 from flux_dws.testing.kubeapi import KubeApi  # noqa: E402
 from flux_dws.testing.kubeapi.podlog import logs_of  # noqa: E402
 

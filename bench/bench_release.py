@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from flux_dws.core.states import State  # noqa: E402
-from flux_dws.testing.realflux import fluxion_installed, real_flux_problem  # noqa: E402
+from flux_dws.testing.fluxsetup import fluxion_installed, real_flux_problem  # noqa: E402
 from flux_dws.testing.stack import Stack  # noqa: E402
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

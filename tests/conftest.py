@@ -132,14 +132,14 @@ def core(k8s_client):
 
 
 def _real_flux_missing() -> str | None:
-    from flux_dws.testing.realflux import real_flux_problem
+    from flux_dws.testing.fluxsetup import real_flux_problem
 
     problem = real_flux_problem()
     return f"real Flux skipped: {problem}" if problem else None
 
 
 def _fluxion_missing() -> str | None:
-    from flux_dws.testing.realflux import fluxion_installed
+    from flux_dws.testing.fluxsetup import fluxion_installed
 
     return _real_flux_missing() or (
         None if fluxion_installed() else "Fluxion (flux-sched) is not installed: skipped"

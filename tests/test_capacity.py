@@ -160,7 +160,7 @@ def test_simulator_command_line_sets_capacities_status_and_faults(tmp_path):
 
 
 def test_flux_dws_status_shows_down_rabbits_drift_and_drained_nodes():
-    from flux_dws.cli.health import build_health, render_health
+    from flux_dws.cli.servicestatus import build_service_status, render_service_status
 
     report = {
         "started": 1.0,
@@ -172,10 +172,12 @@ def test_flux_dws_status_shows_down_rabbits_drift_and_drained_nodes():
         },
     }
     answer = {"jobs": [], "service": {"active": {"pid": 1, "report": report}}}
-    lines = render_health(build_health(answer, 10.0), 10.0, str)
+    lines = render_service_status(build_service_status(answer, 10.0), 10.0, str)
     text = "\n".join(lines)
     assert "rabbit-1 DOWN (Offline)" in text
     assert "rabbit-0 CAPACITY DRIFT: 40.0 GiB less free" in text
     assert any("compute-01,compute-02" in line and "bad DIMM" in line for line in lines)
     junk = {"jobs": [], "service": {"active": {"report": {"rabbits": {"drift": {"r": 5}}}}}}
-    assert "CAPACITY" not in "\n".join(render_health(build_health(junk, 1.0), 1.0, str))
+    assert "CAPACITY" not in "\n".join(
+        render_service_status(build_service_status(junk, 1.0), 1.0, str)
+    )

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL
-from flux_dws.testing.realflux import real_flux_problem
+from flux_dws.testing.fluxsetup import real_flux_problem
 
 PROBLEM = real_flux_problem()
 pytestmark = [

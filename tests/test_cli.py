@@ -20,6 +20,7 @@ from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, parse_jobid
 from flux_dws.cli import main
 from flux_dws.cli.inventory import filter_rows, list_rows
+from flux_dws.cli.logsview import build_logs
 from flux_dws.cli.render import (
     LIST_FIELDS,
     LIST_FORMATS,
@@ -30,7 +31,7 @@ from flux_dws.cli.render import (
     render_status,
 )
 from flux_dws.cli.sources import StackSource
-from flux_dws.cli.views import build_logs, build_status, format_duration, job_result, timeline
+from flux_dws.cli.views import build_status, format_duration, job_result, timeline
 from flux_dws.core.identity import INSTANCE_LABEL, JOBID_LABEL, ownership_labels, workflow_name
 from flux_dws.core.reconcile import plan_cleanup
 from flux_dws.core.states import State

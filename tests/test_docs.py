@@ -70,7 +70,7 @@ from flux_dws.core.policy import (
 from flux_dws.core.release import RELEASE_ANNOTATION
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
-from flux_dws.k8s import KubeClient, KubeError, records
+from flux_dws.k8s import KubeClient, KubeError, recordreads
 from flux_dws.k8s.recordcache import DataMovementWatch, PodWatch
 from flux_dws.k8s.resources import SYSTEM_CONFIGURATION
 from flux_dws.k8s.watch import ResourceWatch
@@ -814,7 +814,7 @@ def _container_pod(kube: KubeClient, store: Any) -> None:
     )
 
 
-#: flux_dws.k8s.records: the reads for the job's records, each called once the same way.
+#: flux_dws.k8s.recordreads: the reads for the job's records, each called once the same way.
 def _watched(watch: type[ResourceWatch], kube: KubeClient) -> None:
     """A record watch's first list and one watch request (flux_dws.k8s.recordcache)."""
     full, open_ = watch(kube, lambda _kind, _obj: None).endpoints(kube)
@@ -825,10 +825,10 @@ def _watched(watch: type[ResourceWatch], kube: KubeClient) -> None:
 RECORD_EXERCISES: dict[str, Callable[[KubeClient], Any]] = {
     "pod watch": lambda k: _watched(PodWatch, k),
     "data movement watch": lambda k: _watched(DataMovementWatch, k),
-    "read_data_movements": lambda k: records.read_data_movements(
+    "read_data_movements": lambda k: recordreads.read_data_movements(
         k, k.workflow_name(WORKFLOW_ID), k.namespace
     ),
-    "collect_output": lambda k: records.collect_output(
+    "collect_output": lambda k: recordreads.collect_output(
         k, k.workflow_name(WORKFLOW_ID), k.namespace, 1024
     ),
 }

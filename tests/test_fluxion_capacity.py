@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from flux_dws.core.rabbits import GIB, allocated_rabbits
-from flux_dws.testing.realflux import flux_command, fluxion_installed
+from flux_dws.flux.bindings import flux_command
+from flux_dws.testing.fluxsetup import fluxion_installed
 
 if flux_command() is None:
     pytest.skip("flux-core is not installed: Fluxion capacity skipped", allow_module_level=True)

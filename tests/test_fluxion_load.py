@@ -14,9 +14,9 @@ import json
 import pytest
 
 from flux_dws.core.jobspec import release_update
-from flux_dws.core.rabbits import GIB, Rabbit, allocated_rabbits, resource_graph, ssd_parts
+from flux_dws.core.rabbits import GIB, RabbitPool, allocated_rabbits, resource_graph, ssd_parts
 from flux_dws.core.storage import PER_COMPUTE, AllocationNeed
-from flux_dws.testing.realflux import plain_R
+from flux_dws.testing.fluxsetup import plain_R
 
 pytestmark = pytest.mark.realflux
 
@@ -46,8 +46,8 @@ def test_fluxion_loads_the_graph_and_gives_storage_from_the_nodes_rabbit(fluxion
     from flux_dws.testing.fluxionmatch import fluxion_match
 
     rabbits = {
-        "rabbit-0": Rabbit("rabbit-0", tuple(HOSTS[:2]), 100 * GIB, "Ready", True),
-        "rabbit-1": Rabbit("rabbit-1", tuple(HOSTS[2:4]), 100 * GIB, "Offline", True),
+        "rabbit-0": RabbitPool("rabbit-0", tuple(HOSTS[:2]), 100 * GIB, "Ready", True),
+        "rabbit-1": RabbitPool("rabbit-1", tuple(HOSTS[2:4]), 100 * GIB, "Offline", True),
     }
     graph = resource_graph(plain_R(HOSTS, cores="0-1"), rabbits)
     got = fluxion_match(graph, jobspec(2, 10), 2, ARGS, timeout=300)

@@ -31,7 +31,8 @@ def fluxion():
 @pytest.mark.parametrize("policy", [None, "conservative"])
 def test_a_job_pending_at_an_instance_restart_runs_under_conservative_only(fluxion, policy):
     """Plain rv1 R (no JGF) and a job without #DW: nothing of flux-dws is involved."""
-    from flux_dws.testing.realflux import RealFlux, plain_R
+    from flux_dws.testing.fluxsetup import plain_R
+    from flux_dws.testing.realflux import RealFlux
 
     hosts = ["compute-01", "compute-02"]
     flux = RealFlux(

@@ -25,7 +25,8 @@ from flux_dws.base.fsd import parse_fsd
 from flux_dws.base.untrusted import jansson_problem, json_safe
 from flux_dws.base.untrusted import text as one_line
 from flux_dws.cli.inventory import list_rows
-from flux_dws.cli.views import driver_errors, read_workflow
+from flux_dws.cli.logsview import driver_errors
+from flux_dws.cli.views import read_workflow
 from flux_dws.core.actions import FinishProlog, RaiseException
 from flux_dws.core.colocation import ANNOTATION, servers_exclusive
 from flux_dws.core.identity import owned_jobid

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flux_dws.core import health
-from flux_dws.core.health import Failures, Rabbit, plan_drains, rabbit_from_storage
+from flux_dws.core.health import Failures, RabbitHealth, plan_drains, rabbit_health
 from flux_dws.flux.resource import NodeStatus, parse_resource_status
 from flux_dws.testing.dwssim.companions import storage_resource
 from flux_dws.testing.dwssim.faults import clientmount, storage_status_update
@@ -40,15 +40,15 @@ def storage(rabbit: str, status: str = "Ready", **kw) -> dict:
     return obj
 
 
-def rabbits(*objs: dict) -> list[Rabbit]:
-    return [r for r in map(rabbit_from_storage, objs) if r]
+def rabbits(*objs: dict) -> list[RabbitHealth]:
+    return [r for r in map(rabbit_health, objs) if r]
 
 
-# ---- Storage -> Rabbit ---------------------------------------------------------------------
+# ---- Storage -> RabbitHealth -----------------------------------------------------------------
 
 
 def test_storage_is_read_with_links_and_state():
-    r = rabbit_from_storage(storage("r0", "Degraded", links={"c2": "Offline"}))
+    r = rabbit_health(storage("r0", "Degraded", links={"c2": "Offline"}))
     assert (r.name, r.status, r.enabled) == ("r0", "Degraded", True)
     assert r.links == {"c1": "Ready", "c2": "Offline"}
     assert r.down is None
@@ -61,12 +61,12 @@ def test_storage_is_read_with_links_and_state():
     [None, 5, "x", {}, {"metadata": {"name": ""}}, {"metadata": {"name": "a\0b"}}, {"metadata": 3}],
 )
 def test_nameless_or_malformed_storage_is_ignored(obj):
-    assert rabbit_from_storage(obj) is None
+    assert rabbit_health(obj) is None
 
 
 def test_garbage_status_reads_as_unknown_and_disabled_spec_counts():
     obj = {"metadata": {"name": "r9"}, "spec": {"state": "Disabled"}, "status": {"status": 7}}
-    r = rabbit_from_storage(obj)
+    r = rabbit_health(obj)
     assert r.status == "Unknown" and not r.enabled
     assert r.down == "Disabled by an admin (spec.state)"
 
@@ -77,8 +77,8 @@ def test_garbage_status_reads_as_unknown_and_disabled_spec_counts():
     )
 )
 def test_any_json_never_raises(obj):
-    rabbit_from_storage({"metadata": {"name": "r"}, "spec": obj, "status": obj})
-    rabbit_from_storage(obj)
+    rabbit_health({"metadata": {"name": "r"}, "spec": obj, "status": obj})
+    rabbit_health(obj)
 
 
 # ---- drains --------------------------------------------------------------------------------
@@ -384,7 +384,8 @@ def test_parts_to_hold_cover_the_missing_bytes_from_the_end():
 def test_on_real_flux_ranks_sharing_a_hostname_keep_their_own_drains():
     """flux-core itself: ranks 0 and 1 both on host c1; the admin drained rank 0, flux-dws
     rank 1 for rabbit r0.  r0 is back: the plan's undrain (an idset) frees rank 1 only."""
-    from flux_dws.testing.realflux import RealFlux, plain_R
+    from flux_dws.testing.fluxsetup import plain_R
+    from flux_dws.testing.realflux import RealFlux
 
     hosts = ["c1", "c1", "c3"]
     flux = RealFlux(hosts, {"instance": "shared"}, R=plain_R(hosts)).start()
@@ -438,4 +439,4 @@ def test_storage_read_again_only_when_what_health_reads_changed(change: str) -> 
         after["metadata"]["name"] = "r1"
     same = reads_same(before, after)
     assert same == (change == "free")
-    assert same <= (rabbit_from_storage(before) == rabbit_from_storage(after))
+    assert same <= (rabbit_health(before) == rabbit_health(after))

@@ -33,7 +33,7 @@ WAIT = 60.0
 
 
 def _real_flux_missing() -> str | None:
-    from flux_dws.testing.realflux import flux_command
+    from flux_dws.flux.bindings import flux_command
 
     if flux_command() is None:
         return "flux-core is not installed (no flux on PATH or /opt/flux/bin): real Flux skipped"

@@ -18,7 +18,7 @@ import pytest
 from waiting import wait_for
 
 from flux_dws.testing import reaper
-from flux_dws.testing.realflux import real_flux_problem
+from flux_dws.testing.fluxsetup import real_flux_problem
 
 
 def _spawn(token: str, script: str) -> subprocess.Popen[bytes]:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from flux_dws.base.jobid import f58
 from flux_dws.core import actions as act
 from flux_dws.core import lifecycle as lc
+from flux_dws.core.containeroutcome import ContainerOutcome, ContainerState
 from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.identity import FINALIZER
@@ -27,7 +28,8 @@ from flux_dws.core.policy import policy_from_table
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import STATE_ORDER, State, Status, is_legal_transition
 from flux_dws.core.storage import JOBSPEC_STORAGE_KEY
-from flux_dws.core.workflow import ContainerOutcome, ContainerState, DriverStatus, WorkflowView
+from flux_dws.core.workflow import WorkflowView
+from flux_dws.core.workflowstatus import DriverStatus
 
 POLICY = policy_from_table({})
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

@@ -22,6 +22,7 @@ from flux_dws.base.jobid import f58
 from flux_dws.cli import main as cli_main
 from flux_dws.cli.sources import StackSource
 from flux_dws.core import actions as act
+from flux_dws.core.containeroutcome import ContainerOutcome, ContainerState
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobPhase, JobView, ProposalInfo
 from flux_dws.core.lifecycle import decide
@@ -31,7 +32,7 @@ from flux_dws.core.release import RELEASE_ANNOTATION, RecordRelease, ReleaseMark
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State, Status
 from flux_dws.core.storage import AllocationNeed
-from flux_dws.core.workflow import ContainerOutcome, ContainerState, view_workflow
+from flux_dws.core.workflow import view_workflow
 from flux_dws.testing.fakeflux import FakeFlux
 from flux_dws.testing.kubeapi import ApiError
 from flux_dws.testing.stack import Stack

@@ -311,7 +311,7 @@ def test_status_without_a_job_shows_the_service_at_a_glance() -> None:
 
 
 def test_health_view_survives_any_answer() -> None:
-    from flux_dws.cli.health import build_health, render_health
+    from flux_dws.cli.servicestatus import build_service_status, render_service_status
 
     now = 1_764_450_000.0
     odd = [
@@ -328,8 +328,8 @@ def test_health_view_survives_any_answer() -> None:
         },
     ]  # fmt: skip
     for answer in odd:
-        view = build_health(answer, now)
-        lines = render_health(view, now, str)
+        view = build_service_status(answer, now)
+        lines = render_service_status(view, now, str)
         assert lines and all("\n" not in line for line in lines)
     assert "UNREACHABLE since" in "\n".join(lines)
     assert "PASSED 5.0s ago (1 past deadline)" in "\n".join(lines)

@@ -23,8 +23,8 @@ from collections import Counter
 import pytest
 from waiting import wait_for
 
+from flux_dws.flux.bindings import flux_command
 from flux_dws.service.daemon import EXIT_UNAVAILABLE
-from flux_dws.testing.realflux import flux_command
 from flux_dws.testing.stack import Stack
 
 pytestmark = pytest.mark.skipif(

@@ -19,7 +19,7 @@ from flux_dws.core.copies import WORKFLOW_NAME_LABEL, WORKFLOW_NAMESPACE_LABEL
 from flux_dws.core.output import CONTAINER_LABEL, OUTPUT_KEY
 from flux_dws.k8s import KubeClient, recordcache
 from flux_dws.k8s.recordcache import DataMovementWatch, PodWatch, WatchedObjects
-from flux_dws.k8s.records import collect_output, read_data_movements
+from flux_dws.k8s.recordreads import collect_output, read_data_movements
 from flux_dws.testing.dwssim.companions import api_object
 from flux_dws.testing.stack import Stack
 

@@ -32,7 +32,7 @@ from flux_dws.core.jobview import JobPhase, JobView
 from flux_dws.core.lifecycle import decide
 from flux_dws.core.output import pod_containers, read_saved, tail, tail_lines
 from flux_dws.core.states import State, Status
-from flux_dws.flux.records import job_view
+from flux_dws.flux.jobrecords import job_view
 from tests.test_lifecycle import POLICY, job, recorded, request, wf
 
 JOBDW = "#DW jobdw type=xfs capacity=10GiB name=scratch"

@@ -12,7 +12,7 @@ from flux_dws.base.frozen import Shared
 from flux_dws.core.policy import Policy
 from flux_dws.core.states import State
 from flux_dws.core.workflow import view_workflow
-from flux_dws.flux.records import job_view, parse_request, share_alike
+from flux_dws.flux.jobrecords import job_view, parse_request, share_alike
 from tests.test_workflow import make_workflow
 
 RESOURCES = [{"type": "node", "count": 1, "with": [{"type": "slot", "count": 1, "label": "task"}]}]

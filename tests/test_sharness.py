@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from flux_dws.testing.realflux import flux_command, real_flux_problem
+from flux_dws.flux.bindings import flux_command
+from flux_dws.testing.fluxsetup import real_flux_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 T_DIR = ROOT / "t"

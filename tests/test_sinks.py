@@ -273,7 +273,7 @@ def test_hostile_text_reaches_every_sink_only_as_readable_text(stack, caplog):
             problems += printed_problems(f"{args} {jobid}", cli(stack, *args, str(jobid)))
         out = cli(stack, "logs", "--json", str(jobid))
         problems += printed_problems(f"logs --json {jobid}", out, json_limit=saved.text_limit)
-    for args in (("status",), ("status", "--json")):  # the service's health
+    for args in (("status",), ("status", "--json")):  # the service's state
         problems += printed_problems(" ".join(args), cli(stack, *args))
     status = cli(stack, "status", str(jobs[1]))
     assert any(cut(line, LINE_LIMIT) for line in status.splitlines()), status[:2000]

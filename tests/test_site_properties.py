@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from flux_dws.base import untrusted
 from flux_dws.base.errors import PolicyError, RequestError
 from flux_dws.base.hostlist import MAX_EXPANSION, HostlistError, expand_hostlist, expand_idset
-from flux_dws.cli.records import render_output
+from flux_dws.cli.recordviews import render_output
 from flux_dws.core import copies, health
 from flux_dws.core.output import OUTPUT_VERSION, read_saved
 from flux_dws.core.policy import (
@@ -35,7 +35,7 @@ from flux_dws.core.policy import (
 )
 from flux_dws.core.request import request_from_attributes
 from flux_dws.core.states import State
-from flux_dws.core.workflow import _directive_of, _strip_directive
+from flux_dws.core.workflowstatus import prefixed_directive, strip_directive
 from flux_dws.k8s.resources import decode_token
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -286,7 +286,7 @@ def test_requests_are_read_or_refused_in_one_bounded_line(dw, timeouts):
 @given(storages=st.lists(JSON, max_size=4), mounts=st.lists(JSON, max_size=4), name=TEXT)
 def test_health_text_is_readable_and_drain_reasons_bounded(storages, mounts, name):
     objs = [*storages, {"metadata": {"name": name}, "status": {"status": "Offline"}}]
-    rabbits = [r for r in map(health.rabbit_from_storage, objs) if r]
+    rabbits = [r for r in map(health.rabbit_health, objs) if r]
     hosts = {0: "c1", 1: "c1", 2: "c2"}
     plan = health.plan_drains(rabbits, {"c1": name, "c2": "r"}, hosts, {})
     for reason in plan.drain.values():
@@ -316,9 +316,9 @@ def test_hostlists_expand_bounded_or_say_why(text):
 @given(digits=st.integers(1, 6000), message=TEXT)
 def test_directive_index_of_any_length_never_raises(digits, message):
     text = f"DW Directive {'7' * digits}: {message}"
-    index = _directive_of(text)
+    index = prefixed_directive(text)
     assert index is None or (digits <= 6 and index == int("7" * digits))
-    assert isinstance(_strip_directive(text), str)
+    assert isinstance(strip_directive(text), str)
 
 
 @PROPERTY

@@ -37,7 +37,7 @@ from flux_dws.core.storage import (
     needs_from_breakdowns,
 )
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.flux.records import job_view
+from flux_dws.flux.jobrecords import job_view
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s.calls import merge_patch_kwargs
 from flux_dws.k8s.errors import KubeError, NameTaken, is_permanent
@@ -55,7 +55,7 @@ PRERUN_FATAL = "#DW PreRun action=error message=boom severity=Fatal"
 def backend(request) -> str:
     """fakeflux always; a real Flux instance (jansson, the C plugin) where flux-core is."""
     if request.param == "flux":
-        from flux_dws.testing.realflux import flux_command
+        from flux_dws.flux.bindings import flux_command
 
         if flux_command() is None:
             pytest.skip("flux-core is not installed: real Flux skipped")

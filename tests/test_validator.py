@@ -256,7 +256,7 @@ def test_check_judges_what_flux_job_validator_answered() -> None:
 @pytest.mark.realflux
 def test_check_validator_runs_job_ingest_s_own_loader(tmp_path: Path) -> None:
     from flux_dws.cli.checkvalidator import check
-    from flux_dws.testing.realflux import real_flux_problem
+    from flux_dws.testing.fluxsetup import real_flux_problem
 
     if real_flux_problem():
         pytest.skip(real_flux_problem())

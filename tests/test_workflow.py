@@ -13,16 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flux_dws.core.containeroutcome import ContainerOutcome, ContainerState, container_outcome
 from flux_dws.core.states import STATE_ORDER, State, Status
-from flux_dws.core.workflow import (
-    ContainerOutcome,
-    ContainerState,
-    DriverStatus,
-    WorkflowView,
-    container_outcome,
-    parse_time,
-    view_workflow,
-)
+from flux_dws.core.workflow import WorkflowView, parse_time, view_workflow
+from flux_dws.core.workflowstatus import DriverStatus
 from flux_dws.testing.ruleset import watched_states
 
 JOBDW = "#DW jobdw type=gfs2 capacity=10GiB name=scratch"

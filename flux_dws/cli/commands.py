@@ -17,9 +17,9 @@ from typing import Any, Callable, TextIO
 
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58, f58_prefix, parse_jobid
-from flux_dws.cli.health import build_health, health_json, render_health
 from flux_dws.cli.inventory import filter_rows, list_rows
-from flux_dws.cli.records import copies, render_copies, render_output
+from flux_dws.cli.logsview import build_logs
+from flux_dws.cli.recordviews import copies, render_copies, render_output
 from flux_dws.cli.released import (
     KEYS,
     release_event,
@@ -39,8 +39,13 @@ from flux_dws.cli.render import (
     show_line,
     to_jsonable,
 )
+from flux_dws.cli.servicestatus import (
+    build_service_status,
+    render_service_status,
+    service_status_json,
+)
 from flux_dws.cli.sources import Source, SourceError, user_id, user_name
-from flux_dws.cli.views import build_logs, build_status, events_named, job_state
+from flux_dws.cli.views import build_status, events_named, job_state
 from flux_dws.core.output import OUTPUT_KEY, read_saved
 from flux_dws.core.reconcile import Sweep, plan_cleanup
 from flux_dws.core.states import State
@@ -81,13 +86,13 @@ def _live_workflow(
 
 
 def status(args: argparse.Namespace, source: Source, out: TextIO, now: float) -> int:
-    if args.jobid is None:  # no job: the service's health at a glance
-        view = build_health(source.plugin_list(), now)
+    if args.jobid is None:  # no job: the service's state at a glance (cli.servicestatus)
+        view = build_service_status(source.plugin_list(), now)
         if args.json:
-            show_json(health_json(view), out)
+            show_json(service_status_json(view), out)
         else:
             prefix = f58_prefix(out)
-            lines = render_health(view, now, lambda jobid: f58(jobid, prefix))
+            lines = render_service_status(view, now, lambda jobid: f58(jobid, prefix))
             show("\n".join(lines), out)
         return 0
     jobid = parse_jobid(args.jobid)

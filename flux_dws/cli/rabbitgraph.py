@@ -25,8 +25,8 @@ from flux_dws.core.policy import load_config
 from flux_dws.core.rabbits import (
     DEFAULT_CHUNKS,
     RABBIT_TYPE,
-    Rabbit,
     RabbitError,
+    RabbitPool,
     excluded_hosts,
     rabbit_inventory,
     resource_graph,
@@ -153,7 +153,7 @@ def _exclude(args: argparse.Namespace) -> str | None:
     return value
 
 
-def summary(rabbits: Mapping[str, Rabbit], graph: Mapping[str, Any]) -> str:
+def summary(rabbits: Mapping[str, RabbitPool], graph: Mapping[str, Any]) -> str:
     """One line for the admin: what went into the graph."""
     vertices = graph["scheduling"]["graph"]["nodes"]
     placed = [v["metadata"]["name"] for v in vertices if v["metadata"]["type"] == RABBIT_TYPE]

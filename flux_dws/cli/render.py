@@ -27,7 +27,8 @@ from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.jobid import f58
 from flux_dws.cli.inventory import ListRow
-from flux_dws.cli.views import Container, JobLogs, JobStatus, format_duration
+from flux_dws.cli.logsview import JobLogs
+from flux_dws.cli.views import Container, JobStatus, format_duration
 from flux_dws.core.messages import dws_reason
 
 _FORMATTER = string.Formatter()

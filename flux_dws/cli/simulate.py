@@ -141,7 +141,7 @@ def choose_backend(choice: str, environ: Mapping[str, str]) -> bool:
     if choice == "fake":
         return False
     try:
-        from flux_dws.testing.realflux import flux_command
+        from flux_dws.flux.bindings import flux_command
     except ImportError:
         if choice == "flux":
             raise DwsError("--backend flux: this install has no real-Flux test backend") from None

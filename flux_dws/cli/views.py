@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""What ``flux dws`` shows, as pure functions of what was read and the time.
+"""What ``flux dws status`` shows, as pure functions of what was read and the time; ``flux dws
+logs`` is built from the same pieces (flux_dws.cli.logsview).
 
 Every view is built from a job's eventlog (what flux-dws recorded on the job, doc/protocol.rst)
 and, when it still exists, the job's Workflow object; nothing here reads a clock or does I/O,
@@ -16,10 +17,11 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import DwsError
 from flux_dws.base.fsd import parse_fsd
+from flux_dws.core.containeroutcome import ContainerState
 from flux_dws.core.lifecycle import container_note
 from flux_dws.core.messages import failure_note
 from flux_dws.core.states import STATE_KEYS, State
-from flux_dws.core.workflow import ContainerState, WorkflowView, view_workflow
+from flux_dws.core.workflow import WorkflowView, view_workflow
 from flux_dws.flux import results
 
 Event = Mapping[str, Any]
@@ -44,17 +46,17 @@ def events_named(eventlog: Iterable[Event], name: str) -> list[Event]:
     return [e for e in eventlog if e.get("name") == name]
 
 
-def _context(event: Event | None) -> Mapping[str, Any]:
+def event_context(event: Event | None) -> Mapping[str, Any]:
     ctx = (event or {}).get("context")
     return untrusted.mapping(ctx)
 
 
-def _last(eventlog: Sequence[Event], name: str) -> Event | None:
+def last_event(eventlog: Sequence[Event], name: str) -> Event | None:
     found = events_named(eventlog, name)
     return found[-1] if found else None
 
 
-def _number(value: Any) -> float | None:
+def number_or_none(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
@@ -77,8 +79,8 @@ def _state(value: Any) -> State | None:
 def fatal_exception(eventlog: Sequence[Event]) -> Mapping[str, Any] | None:
     """The context of the job's first fatal (severity 0) exception."""
     for event in events_named(eventlog, "exception"):
-        if _context(event).get("severity") == 0:
-            return _context(event)
+        if event_context(event).get("severity") == 0:
+            return event_context(event)
     return None
 
 
@@ -87,7 +89,7 @@ def job_state(eventlog: Sequence[Event]) -> str:
     state = "NEW"
     for event in eventlog:
         name = event.get("name")
-        if name == "exception" and _context(event).get("severity") == 0:
+        if name == "exception" and event_context(event).get("severity") == 0:
             if state in _ACTIVE_BEFORE_CLEANUP:
                 state = "CLEANUP"
         elif name in _JOB_STATE_AFTER:
@@ -116,7 +118,7 @@ def _job_end(eventlog: Sequence[Event]) -> float | None:
     """When the job stopped needing its workflow: the dws epilog's end, else ``clean``."""
     for event in reversed(eventlog):
         if event.get("name") in ("epilog-finish", "clean"):
-            return _number(event.get("timestamp"))
+            return number_or_none(event.get("timestamp"))
     return None
 
 
@@ -230,12 +232,12 @@ def timeline(eventlog: Sequence[Event], *, now: float, active: bool) -> tuple[St
     """
     entries: list[tuple[State, float, str | None, float | None]] = []
     for event in events_named(eventlog, "dws-state"):
-        ctx = _context(event)
-        state, start = _state(ctx.get("state")), _number(event.get("timestamp"))
+        ctx = event_context(event)
+        state, start = _state(ctx.get("state")), number_or_none(event.get("timestamp"))
         if state is None or start is None:
             continue
         timeout = ctx.get("timeout") if isinstance(ctx.get("timeout"), str) else None
-        deadline = _number(ctx.get("deadline"))
+        deadline = number_or_none(ctx.get("deadline"))
         if entries and entries[-1][0] is state:
             entries[-1] = (state, entries[-1][1], timeout, deadline)
         else:
@@ -277,7 +279,7 @@ def timeout_lines(
     eventlog: Sequence[Event], spans: Sequence[StateSpan], *, now: float, active: bool
 ) -> tuple[TimeoutLine, ...]:
     """The effective timeouts (``dws-workflow``, ``dws-proposal``) and what is left of each."""
-    posted = _context(_last(eventlog, "dws-workflow")).get("timeouts")
+    posted = event_context(last_event(eventlog, "dws-workflow")).get("timeouts")
     posted = untrusted.mapping(posted)
     by_state = {span.state: span for span in spans}
     lines = []
@@ -291,7 +293,7 @@ def timeout_lines(
         state = _state(key)
         span = by_state.get(state) if state is not None else None
         lines.append(_span_line(key, value, span, now=now, active=active))
-    container = _context(_last(eventlog, "dws-proposal")).get("container_timeouts")
+    container = event_context(last_event(eventlog, "dws-proposal")).get("container_timeouts")
     if isinstance(container, Mapping):
         for key in sorted(container, key=lambda k: STATE_KEYS.index(k) if k in STATE_KEYS else 99):
             span = by_state.get(_state(key)) if _state(key) is not None else None
@@ -341,15 +343,15 @@ def _transient_line(
 
 
 def transient_condition(eventlog: Sequence[Event]) -> Transient | None:
-    event = _last(eventlog, "dws-transient")
+    event = last_event(eventlog, "dws-transient")
     if event is None:
         return None
-    ctx = _context(event)
+    ctx = event_context(event)
     return Transient(
         state=str(ctx.get("state", "")),
-        since=_number(ctx.get("since")),
+        since=number_or_none(ctx.get("since")),
         message=str(ctx.get("message") or ""),
-        timestamp=_number(event.get("timestamp")),
+        timestamp=number_or_none(event.get("timestamp")),
     )
 
 
@@ -357,9 +359,9 @@ def container_outcome(
     jobid: int, eventlog: Sequence[Event], wf: WorkflowView | None
 ) -> Container | None:
     """The recorded outcome (``dws-container``), else what the live workflow says."""
-    event = _last(eventlog, "dws-container")
+    event = last_event(eventlog, "dws-container")
     if event is not None:
-        ctx = _context(event)
+        ctx = event_context(event)
         state, phase = str(ctx.get("state", "")), str(ctx.get("phase") or "")
         reason = str(ctx.get("reason") or "")
         note = str(ctx.get("note") or "")
@@ -403,7 +405,7 @@ def last_message(eventlog: Sequence[Event], wf: WorkflowView | None) -> str:
     if wf is not None and wf.user_message:
         return wf.user_message
     for event in reversed(eventlog):
-        ctx = _context(event)
+        ctx = event_context(event)
         name = event.get("name")
         if name == "dws-transient":
             return str(ctx.get("message") or "") if ctx.get("since") is not None else ""
@@ -427,14 +429,14 @@ def build_status(
     state = job_state(eventlog)
     active = state != "INACTIVE"
     wf, unreadable = read_workflow(workflow)
-    created = _context(_last(eventlog, "dws-workflow"))
+    created = event_context(last_event(eventlog, "dws-workflow"))
     spans = _with_ready(timeline(eventlog, now=now, active=active), wf)
-    submit = _context(_last(eventlog, "submit"))
+    submit = event_context(last_event(eventlog, "submit"))
     userid = submit.get("userid")
-    env = _context(_last(eventlog, "dws-environment")).get("env")
-    teardown = _last(eventlog, "dws-teardown-failed")
-    drained = _context(teardown).get("drained")
-    torn = str(_context(teardown).get("reason") or "") if teardown else None
+    env = event_context(last_event(eventlog, "dws-environment")).get("env")
+    teardown = last_event(eventlog, "dws-teardown-failed")
+    drained = event_context(teardown).get("drained")
+    torn = str(event_context(teardown).get("reason") or "") if teardown else None
     if torn is not None and isinstance(drained, list) and drained:
         torn += f"; drained {','.join(map(str, drained))}"
     note = unreadable or workflow_note
@@ -466,12 +468,12 @@ def build_status(
 
 def tolerance_line(eventlog: Sequence[Event]) -> str | None:
     """``dw_failure_tolerance`` and the nodes it let the job go on without, or None (0)."""
-    allowed = _context(_last(eventlog, "dws-workflow")).get("failure_tolerance")
-    used = [_context(e) for e in events_named(eventlog, "dws-tolerated")]
+    allowed = event_context(last_event(eventlog, "dws-workflow")).get("failure_tolerance")
+    used = [event_context(e) for e in events_named(eventlog, "dws-tolerated")]
     if not used and not (isinstance(allowed, int) and allowed > 0):
         return None
     line = f"{allowed if isinstance(allowed, int) else '?'} node(s) allowed"
-    nodes = _context(_last(eventlog, "dws-tolerated")).get("all")
+    nodes = event_context(last_event(eventlog, "dws-tolerated")).get("all")
     count = len(nodes) if isinstance(nodes, list) else 0
     line += f", {count} used"
     for ctx in used:
@@ -493,96 +495,6 @@ def _live(wf: WorkflowView | None) -> LiveWorkflow | None:
         ready=wf.ready,
         message=wf.user_message,
         deleting=wf.deleting,
-    )
-
-
-# --------------------------------------------------------------------------- flux dws logs
-
-
-@dataclass(frozen=True)
-class DriverError:
-    """A driver entry of the live workflow that reports trouble."""
-
-    dwd_index: int
-    state: str
-    driver: str
-    status: str
-    message: str
-    error: str
-
-
-@dataclass(frozen=True)
-class JobLogs:
-    """What went wrong for a job, as recorded: the container outcome and driver errors."""
-
-    jobid: int
-    container: Container | None
-    exception: Mapping[str, Any] | None = field(hash=False)
-    transients: tuple[Transient, ...] = ()
-    waiting: tuple[str, ...] = ()
-    teardown_failed: str | None = None
-    drivers: tuple[DriverError, ...] = ()
-    workflow_note: str = ""
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.container
-            or self.exception
-            or self.transients
-            or self.waiting
-            or self.teardown_failed
-            or self.drivers
-        )
-
-
-def build_logs(
-    jobid: int,
-    eventlog: Sequence[Event],
-    workflow: Mapping[str, Any] | None,
-    *,
-    workflow_note: str = "",
-) -> JobLogs:
-    wf, unreadable = read_workflow(workflow)
-    transients = tuple(
-        Transient(
-            state=str(_context(e).get("state", "")),
-            since=_number(_context(e).get("since")),
-            message=str(_context(e).get("message") or ""),
-            timestamp=_number(e.get("timestamp")),
-        )
-        for e in events_named(eventlog, "dws-transient")
-    )
-    teardown = _last(eventlog, "dws-teardown-failed")
-    return JobLogs(
-        jobid=jobid,
-        container=container_outcome(jobid, eventlog, wf),
-        exception=fatal_exception(eventlog),
-        transients=transients,
-        waiting=tuple(
-            str(_context(e).get("reason") or "") for e in events_named(eventlog, "dws-waiting")
-        ),
-        teardown_failed=str(_context(teardown).get("reason") or "") if teardown else None,
-        drivers=driver_errors(wf),
-        workflow_note=unreadable or workflow_note,
-    )
-
-
-def driver_errors(wf: WorkflowView | None) -> tuple[DriverError, ...]:
-    """Driver entries with an error or a non-running status other than Completed."""
-    if wf is None:
-        return ()
-    return tuple(
-        DriverError(
-            dwd_index=d.dwd_index,
-            state=d.watch_state.value if d.watch_state else "",
-            driver=d.driver_id,
-            status=d.status,
-            message=d.message,
-            error=d.error,
-        )
-        for d in wf.drivers
-        if d.error or d.status in ("Error", "TransientCondition")
     )
 
 

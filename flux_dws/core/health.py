@@ -64,8 +64,10 @@ MAX_REASON = 200  # drain reasons are shown in `flux resource drain` tables
 
 
 @dataclass(frozen=True)
-class Rabbit:
-    """One rabbit as its Storage resource shows it."""
+class RabbitHealth:
+    """One rabbit's health as its Storage resource shows it: whether it and each link to a
+    compute node are usable.  Read leniently (junk reads as Unknown, never an exception); the
+    graph's strict reading of the same Storage is flux_dws.core.rabbits.RabbitPool."""
 
     name: str
     status: str = "Unknown"  # status.status
@@ -135,7 +137,7 @@ def _status(value: Any) -> str:
     return value if isinstance(value, str) and value in STATUSES else "Unknown"
 
 
-def rabbit_from_storage(obj: Any) -> Rabbit | None:
+def rabbit_health(obj: Any) -> RabbitHealth | None:
     """A Storage resource -> Rabbit; None when it has no usable name."""
     if not isinstance(obj, Mapping):
         return None
@@ -154,7 +156,7 @@ def rabbit_from_storage(obj: Any) -> Rabbit | None:
             if compute is not None:
                 links[compute] = _status(entry.get("status"))
     annotations = untrusted.mapping(meta.get("annotations"))
-    return Rabbit(
+    return RabbitHealth(
         name=name,
         status=_status(status.get("status")),
         enabled=spec.get("state") != "Disabled",
@@ -200,7 +202,7 @@ class DrainPlan:
 
 
 def wanted_drains(
-    rabbits: Iterable[Rabbit], served: Mapping[str, str], hosts: Iterable[str]
+    rabbits: Iterable[RabbitHealth], served: Mapping[str, str], hosts: Iterable[str]
 ) -> dict[str, str]:
     """host -> reason for every Flux host whose rabbit or link to it is down.
 
@@ -226,7 +228,7 @@ def wanted_drains(
 
 
 def plan_drains(
-    rabbits: Sequence[Rabbit],
+    rabbits: Sequence[RabbitHealth],
     served: Mapping[str, str],
     hosts: Mapping[int, str],
     drained: Mapping[int, str],
@@ -510,7 +512,7 @@ def capacity_drifts(
     Only a shortfall counts: a Servers written but not yet allocated (a job between Proposal
     and Setup) makes ``expected`` lower than ``free`` for a moment, which is no alarm.  A
     Storage without devices or without a byte count in ``status.capacity`` is skipped, and so
-    is a rabbit that is down or not reported yet (``Rabbit.down``): its free figure is not
+    is a rabbit that is down or not reported yet (``RabbitHealth.down``): its free figure is not
     what it has (an Offline rabbit reports 0), and its whole pool is down in Fluxion anyway.
     """
     held: dict[str, int] = {}
@@ -519,7 +521,7 @@ def capacity_drifts(
             held[rabbit] = held.get(rabbit, 0) + size
     drifts: dict[str, Drift] = {}
     for obj in storages:
-        rabbit = rabbit_from_storage(obj)
+        rabbit = rabbit_health(obj)
         status = untrusted.mapping(untrusted.mapping(obj).get("status"))
         total = device_capacity(status)
         free = untrusted.integer(status.get("capacity"), 0)

@@ -12,11 +12,11 @@ from typing import Any
 
 from flux_dws.base.frozen import SLOTS
 from flux_dws.base.fsd import format_fsd
+from flux_dws.core.containeroutcome import ContainerState
 from flux_dws.core.health import Failures
 from flux_dws.core.request import DwRequest
 from flux_dws.core.states import State
 from flux_dws.core.storage import AllocationNeed, jobspec_storage
-from flux_dws.core.workflow import ContainerState
 
 #: Exception type flux-dws raises on jobs.
 EXCEPTION_TYPE = "dws"

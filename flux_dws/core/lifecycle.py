@@ -12,6 +12,11 @@ What flux-dws must remember across restarts it writes on the job as events (``dw
 ``dws-state`` with the absolute deadline, ``dws-transient``, ``dws-container``,
 ``dws-proposal``, ``dws-datamovement``) and reads back into the JobView; the workflow itself
 lives in Kubernetes.
+
+Every rule of a job's workflow is here, and every move of it.  Two siblings answer what this
+file asks: flux_dws.core.earlyrelease (when a job's nodes go back early, what the release
+does, and how a released job's workflow is finished) and flux_dws.core.tolerance (going on
+without a job's failed nodes, draining those fenced).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 from flux_dws.base import untrusted
 from flux_dws.base.fsd import format_fsd
-from flux_dws.core import softdrain
+from flux_dws.core import earlyrelease, softdrain
 from flux_dws.core.actions import (
     Action,
     CreateWorkflow,
@@ -30,7 +35,6 @@ from flux_dws.core.actions import (
     DrainNodes,
     FinishEpilog,
     FinishProlog,
-    ForceReady,
     PostEvent,
     RaiseException,
     ReadFailures,
@@ -41,15 +45,12 @@ from flux_dws.core.actions import (
     SetDesiredState,
     WakeAt,
 )
+from flux_dws.core.containeroutcome import ContainerState
 from flux_dws.core.copies import pending_copies
 from flux_dws.core.failing import refusal_note
 from flux_dws.core.health import (
-    FENCED,
     UNMOUNT_FAILED,
-    Failures,
-    fenced_nodes,
     job_reason,
-    tolerate,
 )
 from flux_dws.core.identity import FINALIZER
 from flux_dws.core.jobenv import env_problem, token_problem, token_required, token_secret_for
@@ -61,16 +62,13 @@ from flux_dws.core.jobview import (
 from flux_dws.core.messages import directive_index, directive_of, dws_reason, failure_note
 from flux_dws.core.policy import Policy
 from flux_dws.core.release import (
-    HoldStorage,
-    MarkReleased,
-    RecordRelease,
-    ReleaseMark,
     ReturnStorage,
     read_mark,
 )
 from flux_dws.core.states import State
 from flux_dws.core.storage import StorageError
-from flux_dws.core.workflow import ContainerState, WorkflowView
+from flux_dws.core.tolerance import drain_fenced, tolerated
+from flux_dws.core.workflow import WorkflowView
 
 # Which desiredStates are consistent with each job phase (a job that has run: EPILOG).
 _EXPECTED: Mapping[JobPhase, frozenset[State]] = {
@@ -90,7 +88,7 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
     if not job.active:
         mark = read_mark(workflow.annotations) if workflow is not None else None
         if workflow is not None and mark is not None and not _released(workflow):
-            return _detached(job.jobid, workflow, mark, now)
+            return earlyrelease.finish(job.jobid, workflow, mark, now)
         return _sweep_orphan(workflow, policy, now)
     if job.refusal is not None and job.exception is None:  # found while acting (core.failing)
         return [RaiseException(refusal_note(job, workflow, job.refusal))]
@@ -112,7 +110,7 @@ def decide(job: JobView, workflow: WorkflowView | None, policy: Policy, now: flo
         return actions + _abort(job, None, policy, now)
     else:
         # fenced computes are never tolerated nor released early: NNF says the job failed
-        fenced = _drain_fenced(job, workflow)
+        fenced = drain_fenced(job, workflow)
         early = None if fenced else _early_release(job, workflow, policy, now)
         if early is not None:
             return actions + early
@@ -161,7 +159,7 @@ def decide_unreadable(
     if not job.teardown_failed:  # in Flux before the workflow is deleted
         context = {"workflow": name, "reason": f"Teardown failed: {reason}", "drained": []}
         ending.append(PostEvent("dws-teardown-failed", context, wait=True))
-    return [*ending, DeleteWorkflow(), *_release(job, None)]
+    return [*ending, DeleteWorkflow(), *_let_go(job, None)]
 
 
 def _unrecorded_copies(job: JobView, wf: WorkflowView) -> RecordCopies | None:
@@ -416,7 +414,7 @@ def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> lis
         if drain and (job.failures is None or job.failures.state != State.TEARDOWN.value):
             return [*actions, ReadFailures(State.TEARDOWN)]  # which nodes still hold a mount
         held = job.failures.nodes if drain and job.failures is not None else ()
-        fenced = _drain_fenced(job, wf)
+        fenced = drain_fenced(job, wf)
         actions += fenced
         held = tuple(h for h in held if not any(h in a.hosts for a in fenced))
         context = {
@@ -433,73 +431,12 @@ def _teardown(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> lis
     return actions
 
 
-_TOLERANT_STATES = (State.SETUP, State.PRERUN)
-
-
 def _tolerance(job: JobView, wf: WorkflowView, policy: Policy, now: float) -> list[Action] | None:
-    """Setup or PreRun failed on some nodes: go on without them if the job allows it.
-
-    None when this does not apply (the ordinary failure path decides).  With
-    ``dw_failure_tolerance`` 0 the failed nodes are still found first, so the job's note
-    names them.  A TransientCondition counts as a failure only for a job that tolerates some.
-    """
-    state = wf.desired_state
-    allowed = job.request.failure_tolerance if job.request is not None else 0
-    if state not in _TOLERANT_STATES or job.phase is not JobPhase.PROLOG:
-        return None
-    if not (wf.failed or (wf.transient and allowed > 0)) or wf.container.state.is_failure:
-        return None  # nothing failed, or a container did (never a node's fault alone)
-    if job.failures is None or job.failures.state != state.value:
-        return [ReadFailures(state)]
-    failures = job.failures
-    fresh = tuple(n for n in failures.nodes if n not in job.tolerated)
-    everyone = tuple(sorted({*job.tolerated, *fresh}))
-    combined = Failures(failures.state, everyone, failures.causes, failures.lustre)
-    note = tolerate(combined, allowed, job.hosts)
-    if note is not None:
-        if not combined.nodes and not combined.lustre:
-            return None  # nothing to name or tolerate: the ordinary failure path decides
-        said = wf.message or ("workflow status is Error" if wf.failed else "TransientCondition")
-        directive = directive_of(wf.directives, directive_index(wf.message))
-        reason = f"{dws_reason(said)} ({note})"
-        return _abort(
-            job, failure_note(state.value, reason, job.jobid, directive=directive), policy, now
-        )
-    keep = tuple(h for h in job.hosts if h not in everyone)
-    actions: list[Action] = []
-    if fresh:
-        causes = {n: failures.causes.get(n, "") for n in fresh}
-        why = "; ".join(f"{n}: {c}" for n, c in causes.items())
-        actions.append(
-            DrainNodes(fresh, job_reason(job.jobid, f"{state.value} failed on this node: {why}"))
-        )
-        context = {
-            "state": state.value,
-            "nodes": list(fresh),
-            "all": list(everyone),
-            "tolerance": allowed,
-            "causes": causes,
-        }
-        actions.append(PostEvent("dws-tolerated", context))
-        going_on = (
-            f"going on without {'it' if len(fresh) == 1 else 'them'} "
-            f"(dw_failure_tolerance={allowed}, {len(everyone)} used)"
-        )
-        reason = f"on {', '.join(fresh)} ({why})"
-        note = failure_note(state.value, reason, job.jobid, step=going_on)
-        actions.append(RaiseException(note, severity=1))
-    actions.append(ForceReady(keep))
-    return actions
-
-
-def _drain_fenced(job: JobView, wf: WorkflowView) -> list[DrainNodes]:
-    """nnf-sos failed the workflow because some of the job's computes were fenced: drain
-    them (the reason makes them Disabled in SystemStatus, so NNF skips their unmount)."""
-    nodes = fenced_nodes(wf.user_message, job.hosts) if wf.failed else ()
-    if not nodes:
-        return []
-    why = f"{FENCED} (workflow {wf.name}: {wf.user_message})"
-    return [DrainNodes(nodes, job_reason(job.jobid, why))]
+    """Setup or PreRun failed on some nodes: go on without them if the job allows it, else
+    abort it with a note naming them (flux_dws.core.tolerance); None when this does not apply
+    (the ordinary failure path decides)."""
+    verdict = tolerated(job, wf)
+    return _abort(job, verdict, policy, now) if isinstance(verdict, str) else verdict
 
 
 def _teardown_stuck(job: JobView, wf: WorkflowView, now: float) -> str | None:
@@ -520,23 +457,23 @@ def _without_workflow(job: JobView, wf: WorkflowView | None) -> list[Action]:
     if job.request_error or job.request is None:
         reason = f"invalid DWS request: {job.request_error or 'no #DW directives'}"
         step = "correct the job's #DW directives and submit it again"
-        return _release(job, failure_note(State.PROPOSAL.value, reason, job.jobid, step=step))
+        return _let_go(job, failure_note(State.PROPOSAL.value, reason, job.jobid, step=step))
     if not job.workflow_created:
         if job.phase is JobPhase.DEPEND and job.exception is None:
             return [CreateWorkflow(job.request.lines, job.userid, job.groupid)]
         if job.phase in (JobPhase.DEPEND, JobPhase.EPILOG) or job.exception is not None:
-            return _release(job, None)
+            return _let_go(job, None)
         never = "no workflow was ever created for this job"
-        return _release(job, failure_note(State.PROPOSAL.value, never, job.jobid))
+        return _let_go(job, failure_note(State.PROPOSAL.value, never, job.jobid))
     if job.posted_state is State.TEARDOWN or _fatal(job):
-        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _release(job, None)
+        return _torn_down(job) if job.phase is not JobPhase.EPILOG else _let_go(job, None)
     where = job.posted_state or State.PROPOSAL
     name = wf.name if wf is not None else "the job's workflow"
     reason = f"{name} was deleted outside flux-dws while in {where.value}"
-    return _release(job, failure_note(where.value, reason, job.jobid))
+    return _let_go(job, failure_note(where.value, reason, job.jobid))
 
 
-def _release(job: JobView, note: str | None) -> list[Action]:
+def _let_go(job: JobView, note: str | None) -> list[Action]:
     """Let go of every hold on the job, failing it first with ``note`` if given (and giving
     back the ssd parts an early release began to hold, should its workflow have vanished)."""
     if job.phase is JobPhase.PROLOG:
@@ -629,146 +566,29 @@ def _sweep_orphan(wf: WorkflowView | None, policy: Policy, now: float) -> list[A
 def _early_release(
     job: JobView, wf: WorkflowView, policy: Policy, now: float
 ) -> list[Action] | None:
-    """PostRun is over for a job that gives its nodes back early: once every ClientMount
-    reads unmounted, record the release (``dws-release``) and give the nodes back.
-
-    PostRun past its deadline with some nodes still mounted: those alone are drained (with
-    the job and workflow in the reason), the others go back, the job fails with the reason
-    and the workflow goes to Teardown.  None when early release does not apply (yet).
-    """
-    if job.request is None or not job.request.releases_early:
-        return None
-    if job.phase is not JobPhase.EPILOG or not job.started or wf.desired_state is not State.POSTRUN:
-        return None
-    late = (
-        not wf.complete
-        and job.posted_state is State.POSTRUN
-        and job.deadline is not None
-        and now >= job.deadline
-    )
-    if not (wf.complete or late) or (wf.failed and not late):
-        return None
-    if job.failures is None or job.failures.state != State.POSTRUN.value:
-        return [ReadFailures(State.POSTRUN)]
-    stuck = [n for n in job.failures.nodes if n in job.hosts]
-    context: dict[str, Any] = {
-        "workflow": wf.name,
-        "nodes": list(job.hosts),
-        "drained": stuck,
-        "causes": {n: job.failures.causes.get(n, "") for n in stuck},
-        "ssd": list(job.ssd),
-    }
-    if late:
-        timeout = format_fsd(_timeout(job, State.POSTRUN.key, policy))
-        on = f": still mounted on {', '.join(stuck)}" if stuck else ""
-        late_by = f"did not complete within {timeout}{on}"
-        context["reason"] = failure_note(State.POSTRUN.value, late_by, job.jobid)
-    event = PostEvent("dws-release", context, wait=True)
-    return [event, *_release_nodes(job, wf, context, policy, now)]
+    """PostRun is over for a job that gives its nodes back early (flux_dws.core.earlyrelease):
+    once every ClientMount reads unmounted, record the release (``dws-release``) and give the
+    nodes back; past PostRun's deadline, the job fails as the nodes still mounted are drained
+    and the others go back.  None when early release does not apply (yet)."""
+    begun = earlyrelease.begin(job, wf, _timeout(job, State.POSTRUN.key, policy), now)
+    if not isinstance(begun, PostEvent):
+        return None if begun is None else [begun]
+    return [begun, *_release_nodes(job, wf, begun.context, policy, now)]
 
 
 def _release_nodes(
     job: JobView, wf: WorkflowView, context: Mapping[str, Any], policy: Policy, now: float
 ) -> list[Action]:
     """The release itself (again after a restart: every step is idempotent): the workflow
-    moves on, stuck nodes are drained, the ssd parts are held, the mark goes on the workflow,
-    and only then is the epilog finished."""
+    moves on (to Teardown, failing the job, when PostRun ran past its deadline; to DataOut
+    once PostRun is complete), then the nodes go back (earlyrelease.give_back)."""
     reason = untrusted.field(context.get("reason"))
-    drained = tuple(n for n in untrusted.sequence(context.get("drained")) if isinstance(n, str))
-    causes = untrusted.mapping(context.get("causes"))
     actions: list[Action] = []
     if wf.desired_state is State.POSTRUN:
         if reason:
             actions += _abort(job, reason, policy, now)
         elif wf.complete:
             actions += _enter(job, State.DATAOUT, policy, now)
-    for node in drained:  # UNMOUNT_FAILED first: the node is Disabled for NNF (core.health)
-        why = f"{UNMOUNT_FAILED} (workflow {wf.name}: PostRun did not unmount the job's storage)"
-        cause = untrusted.field(causes.get(node)).removeprefix(f"{UNMOUNT_FAILED}: ")
-        actions.append(
-            DrainNodes((node,), job_reason(job.jobid, f"{why}: {cause or 'still mounted'}"))
-        )
-    mark = ReleaseMark(
-        ssd=job.ssd,
-        dataout=_timeout(job, State.DATAOUT.key, policy),
-        teardown=_timeout(job, State.TEARDOWN.key, policy),
-        drained=drained,
-    )
-    if job.ssd:
-        actions.append(HoldStorage(job.ssd))
-    if read_mark(wf.annotations) != mark:
-        actions.append(MarkReleased(mark))
-    return [*actions, FinishEpilog()]
-
-
-def _detached(jobid: int, wf: WorkflowView, mark: ReleaseMark, now: float) -> list[Action]:
-    """A released job's workflow, finished without the job: DataOut, its outcome saved in
-    the job's KVS, Teardown, its outcome saved, the ssd parts given back, then delete.
-
-    Decided from the workflow alone (the job is inactive), so a restarted service takes it
-    up where it was; saving an outcome again is harmless, and each is saved before the
-    workflow moves past the state it describes.  Until Teardown is over every decision
-    holds the parts again (idempotent): a restarted Fluxion has forgotten they were down.
-    """
-    held: list[Action] = [HoldStorage(mark.ssd)] if mark.ssd else []
-    state = wf.desired_state
-    since = wf.desired_state_change if wf.settled else None
-    # A state that is done is dated by DWS (readyChange): the same on every decision, so a
-    # record saved again (say while the workflow is being deleted) keeps its time.
-    done_at = wf.ready_change if wf.ready_change is not None else now
-    if state is State.TEARDOWN:
-        if wf.complete:
-            ending: list[Action] = [RecordRelease(state.value, {"status": "done", "at": done_at})]
-        else:
-            stuck = _overdue(jobid, wf, since, mark.teardown, now)
-            if not stuck:
-                return held + _wake(since, mark.teardown, now)
-            outcome = {"status": "failed", "message": stuck, "at": now}
-            ending = [RecordRelease(state.value, outcome)]
-        if mark.ssd:
-            ending.append(ReturnStorage(mark.ssd))
-        return [*ending, DeleteWorkflow()]
-    if state is State.DATAOUT:
-        copies = _copies(wf)
-        if wf.complete:
-            done = {"status": "done", "copies": copies, "at": done_at}
-            return [*held, RecordRelease(state.value, done), SetDesiredState(State.TEARDOWN)]
-        stuck = _overdue(jobid, wf, since, mark.dataout, now)
-        if not stuck:
-            return held + _wake(since, mark.dataout, now)
-        # the job's real result: Flux's is fixed (the job is inactive, no memo can be set)
-        outcome = {
-            "status": "failed",
-            "message": stuck,
-            "copies": copies,
-            "at": now,
-            "result": "FAILED",
-        }
-        teardown = SetDesiredState(State.TEARDOWN, hurry=True)
-        return [*held, RecordRelease(state.value, outcome), teardown]
-    if state is State.POSTRUN and wf.complete and not mark.problem:
-        return [*held, SetDesiredState(State.DATAOUT)]
-    return [*held, SetDesiredState(State.TEARDOWN, hurry=True)]
-
-
-def _copies(wf: WorkflowView) -> list[int]:
-    return list(pending_copies(wf.directives, State.DATAOUT, None))
-
-
-def _overdue(jobid: int, wf: WorkflowView, since: float | None, limit: float, now: float) -> str:
-    """Why the state cannot end well (failed, or past its deadline) in the one form, or ""."""
-    if wf.failed:
-        reason = wf.message or "workflow status is Error"
-    elif since is not None and not math.isinf(limit) and now >= since + limit:
-        reason = f"did not complete within {format_fsd(limit)}"
-    else:
-        return ""
-    directive = directive_of(wf.directives, directive_index(wf.message))
-    step = "" if wf.desired_state is State.TEARDOWN else None  # nothing left for the user
-    return failure_note(wf.desired_state.value, reason, jobid, directive=directive, step=step)
-
-
-def _wake(since: float | None, limit: float, now: float) -> list[Action]:
-    if since is None or math.isinf(limit) or since + limit <= now:
-        return []
-    return [WakeAt(since + limit)]
+    dataout = _timeout(job, State.DATAOUT.key, policy)
+    teardown = _timeout(job, State.TEARDOWN.key, policy)
+    return [*actions, *earlyrelease.give_back(job, wf, context, dataout, teardown)]

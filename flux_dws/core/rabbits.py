@@ -47,8 +47,11 @@ class RabbitError(ValueError):
 
 
 @dataclass(frozen=True)
-class Rabbit:
-    """One rabbit: the compute nodes it serves, its capacity and its health."""
+class RabbitPool:
+    """One rabbit as Fluxion's graph holds it: the compute nodes it serves, its ssd pool, and
+    whether new jobs may have it.  Read strictly (a malformed Storage is a RabbitError), for
+    the R an admin writes; the health monitor's reading of the same Storage, which never
+    raises, is flux_dws.core.health.RabbitHealth."""
 
     name: str
     computes: tuple[str, ...]
@@ -198,8 +201,8 @@ def rabbit_inventory(
     system_configuration: Mapping[str, Any],
     storages: Iterable[Mapping[str, Any]],
     servers: Iterable[Any] = (),
-) -> dict[str, Rabbit]:
-    """Rabbit name -> Rabbit, from the SystemConfiguration, the Storage resources and every
+) -> dict[str, RabbitPool]:
+    """Rabbit name -> RabbitPool, from the SystemConfiguration, the Storage resources and every
     Servers resource (whose persistent and system storage shrink the pools)."""
     if not isinstance(system_configuration, Mapping):
         raise RabbitError("SystemConfiguration is not an object")
@@ -213,7 +216,7 @@ def rabbit_inventory(
             raise RabbitError("a Storage resource is not an object")
         by_storage[_name(storage, "a Storage resource")] = storage
     outside = outside_allocations(servers)
-    rabbits: dict[str, Rabbit] = {}
+    rabbits: dict[str, RabbitPool] = {}
     for node in nodes:
         if not isinstance(node, Mapping) or not isinstance(node.get("name"), str):
             raise RabbitError("SystemConfiguration storageNodes entry without a name")
@@ -239,9 +242,9 @@ def rabbit_inventory(
 
 def _rabbit(
     name: str, computes: Sequence[str], storage: Mapping[str, Any] | None, outside: int = 0
-) -> Rabbit:
+) -> RabbitPool:
     if storage is None:
-        return Rabbit(name, tuple(computes), 0, "NotPresent", False)
+        return RabbitPool(name, tuple(computes), 0, "NotPresent", False)
     spec = storage.get("spec") or {}
     status = storage.get("status") or {}
     if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
@@ -257,7 +260,7 @@ def _rabbit(
     # before it listed the drives) only has status.capacity, the best figure there is
     total = device_capacity(status)
     pool = max(0, (capacity if total is None else total) - outside)
-    return Rabbit(name, tuple(computes), pool, health or "Unknown", enabled, capacity, outside)
+    return RabbitPool(name, tuple(computes), pool, health or "Unknown", enabled, capacity, outside)
 
 
 # ---- writing the graph -----------------------------------------------------------------------
@@ -382,7 +385,7 @@ def excluded_hosts(R: Mapping[str, Any], exclude: str | None) -> frozenset[str]:
 MAX_CHUNKS = 4096
 
 
-def _check_sizes(rabbits: Iterable[Rabbit]) -> None:
+def _check_sizes(rabbits: Iterable[RabbitPool]) -> None:
     """RabbitError for a capacity flux-core or Fluxion could not load: every size in JGF, and
     their sum that Fluxion keeps per subtree, must be an int64."""
     total = 0
@@ -399,7 +402,7 @@ def _check_sizes(rabbits: Iterable[Rabbit]) -> None:
 
 def resource_graph(
     R: Mapping[str, Any],
-    rabbits: Mapping[str, Rabbit],
+    rabbits: Mapping[str, RabbitPool],
     cluster: str = "cluster0",
     chunks: int = DEFAULT_CHUNKS,
     exclude: Iterable[str] = (),
@@ -580,7 +583,7 @@ __all__ = [
     "GIB",
     "RABBIT_TYPE",
     "SSD_TYPE",
-    "Rabbit",
+    "RabbitPool",
     "RabbitError",
     "allocated_rabbits",
     "device_capacity",

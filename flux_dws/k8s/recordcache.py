@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """The objects a job's records read (container pods, NnfDataMovements), kept by watches.
 
-The records (flux_dws.k8s.records) used to list a workflow's pods for each container job and
+The records (flux_dws.k8s.recordreads) used to list a workflow's pods for each container job and
 its NnfDataMovements for each copy job: at 1,000 jobs in flight, hundreds of lists.  Instead,
 one watch per kind follows every such object of this instance's namespace (a ResourceWatch:
 one list, then a watch), and the records read the watch's copy.

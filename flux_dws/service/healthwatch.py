@@ -55,7 +55,7 @@ def _nodes(status: NodeStatus, ranks: Sequence[int]) -> str:
 class Observed:
     """What one pass read from Kubernetes."""
 
-    rabbits: tuple[health.Rabbit, ...]
+    rabbits: tuple[health.RabbitHealth, ...]
     served: Mapping[str, str]
     system_status: Any
     drifts: Mapping[str, health.Drift]
@@ -92,7 +92,7 @@ class HealthMonitor:
         self._again = False
         self._timer: Timer | None = None
         self._stopped = False
-        self._rabbits: dict[str, health.Rabbit] = {}  # Storage name -> as last seen
+        self._rabbits: dict[str, health.RabbitHealth] = {}  # Storage name -> as last seen
         self._storages: dict[str, dict] = {}  # Storage name -> the object (capacity drift)
         self._servers: dict[str, dict] = {}  # namespace/name -> every Servers (capacity drift)
         self._listed: set[str] = set()  # watches that listed once; passes run after both
@@ -133,7 +133,7 @@ class HealthMonitor:
         if kind != DELETED and before is not None and reads_same(before, obj):
             self._storages[name] = obj  # its free space: read by the next pass
             return
-        rabbit = health.rabbit_from_storage(obj)
+        rabbit = health.rabbit_health(obj)
         if rabbit is None:
             return
         if kind == DELETED:
@@ -440,7 +440,7 @@ class HealthMonitor:
 
 
 def reads_same(before: Any, after: Any) -> bool:
-    """Whether health.rabbit_from_storage reads the same of the Storage ``after`` as of
+    """Whether health.rabbit_health reads the same of the Storage ``after`` as of
     ``before``: the same name, annotations, spec.state and status but for its capacity.  A
     Storage changes mostly in its free space, which the watch reports for every allocation;
     this tells it at C speed, without reading the rabbit again."""
@@ -468,5 +468,5 @@ def reads_same(before: Any, after: Any) -> bool:
     )
 
 
-#: What health.rabbit_from_storage reads of a Storage's status.
+#: What health.rabbit_health reads of a Storage's status.
 _RABBIT_STATUS = ("access", "status", "rebootRequired", "message")

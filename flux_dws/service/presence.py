@@ -24,7 +24,7 @@ from flux_dws.base.fsd import format_fsd
 from flux_dws.base.loop import Loop, Timer
 from flux_dws.core.policy import Policy
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.flux.records import share_alike
+from flux_dws.flux.jobrecords import share_alike
 from flux_dws.flux.transport import RpcError
 
 log = logging.getLogger("flux-dws")

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: LGPL-3.0-only
 """The actions that put what happened to a job's data and containers on the job.
 
-``RecordCopies``: read the workflow's NnfDataMovements (flux_dws.k8s.records, from the
+``RecordCopies``: read the workflow's NnfDataMovements (flux_dws.k8s.recordreads, from the
 watched copy of flux_dws.k8s.recordcache once it has caught up with the workflow), post one
 ``dws-datamovement`` event per copy directive and fail the job when a copy failed.
 ``SaveOutput``: read the container pods and the tails of their logs, save them in the job's
@@ -28,7 +28,7 @@ from flux_dws.core.failing import Refusal
 from flux_dws.core.output import OUTPUT_KEY, SavedOutput
 from flux_dws.flux.transport import RpcError
 from flux_dws.k8s import recordcache
-from flux_dws.k8s.records import collect_output, data_movements_or_why
+from flux_dws.k8s.recordreads import collect_output, data_movements_or_why
 from flux_dws.service.actions import post_event
 from flux_dws.service.executor import ActionExecutor
 from flux_dws.service.jobs import Seen

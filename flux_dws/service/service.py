@@ -42,7 +42,7 @@ from flux_dws.core.states import State
 from flux_dws.core.window import ProposalWindow
 from flux_dws.core.workflow import read_from, view_of
 from flux_dws.flux.jobmanager import JobManager
-from flux_dws.flux.records import job_view, parse_request
+from flux_dws.flux.jobrecords import job_view, parse_request
 from flux_dws.flux.resource import NodeControl
 from flux_dws.k8s import KubeClient, KubeWorker, WorkflowWatch
 from flux_dws.k8s.recordcache import RecordCache

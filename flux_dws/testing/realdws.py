@@ -54,7 +54,7 @@ BACKENDS = ("sim", "real", "real-flux")
 
 def backend_problem(param: str) -> str | None:
     """Why the stack of test parameter ``param`` (one of BACKENDS) cannot run here, or None."""
-    from flux_dws.testing.realflux import real_flux_problem
+    from flux_dws.testing.fluxsetup import real_flux_problem
 
     which, _, flux = param.partition("-")
     return (which == "real" and real_dws_problem()) or (flux and real_flux_problem()) or None

@@ -242,7 +242,7 @@ class Stack:
 
     def _rabbit_R(self) -> dict[str, Any] | None:
         """The instance's R with the rabbits, for Fluxion; None without rabbits or Fluxion."""
-        from flux_dws.testing.realflux import fluxion_installed, plain_R
+        from flux_dws.testing.fluxsetup import fluxion_installed, plain_R
 
         if self.rabbits is None or self.api is None or not fluxion_installed():
             return None

@@ -9,9 +9,9 @@ an in-process :class:`~flux_dws.flux.transport.Transport` (``FakeFlux.connect``)
 
 from __future__ import annotations
 
+from flux_dws.testing.fakeflux.jobrecords import job_phase, job_record
 from flux_dws.testing.fakeflux.jobs import STATES, JobInfo
 from flux_dws.testing.fakeflux.manager import DEFAULT_HOSTS, FakeFlux, SubmitError
-from flux_dws.testing.fakeflux.plugin import job_phase, job_record
 
 __all__ = [
     "DEFAULT_HOSTS",

@@ -13,11 +13,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Reversible
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ApiError, bad_request
+from .objectrules import key_of
+from .resources import Resource
 from .selectors import fields_match, matches
 
 Key = tuple[str, str]  # (namespace or "", name)
@@ -111,3 +113,23 @@ def select(
         items.append(snap)
         last = key
     return items, None, None
+
+
+def table_at(
+    table: Mapping[Key, Any], history: Reversible[Any], resource: Resource, rv: int
+) -> dict[Key, Any]:
+    """The objects of ``resource`` as they were at ``rv`` (within the history): ``table`` (as
+    now, key -> snapshot) with each later event of ``history`` (the store's, oldest first)
+    undone."""
+    found = dict(table)
+    for event in reversed(history):
+        if event.rv <= rv:
+            break
+        if event.plural != resource.plural:
+            continue
+        key = key_of(resource, event.snap.obj)
+        if event.type == "ADDED" or event.prev is None:
+            found.pop(key, None)
+        else:
+            found[key] = event.prev
+    return found

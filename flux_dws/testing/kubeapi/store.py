@@ -17,22 +17,35 @@ ownerReferences name it and no owner still there.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
-import re
 import string
 import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from . import errors, managed, paging
-from .crds import apply_defaults
 from .errors import ApiError
 from .managed import Manager
+from .objectrules import (
+    SYSTEM_METADATA,
+    OwnerGraph,
+    check_name,
+    check_preconditions,
+    check_type,
+    copy_json,
+    counted_content,
+    field_owners,
+    key_of,
+    normalize,
+    now,
+    parse_rv,
+    resource_of,
+    scope,
+    without_version,
+)
 from .resources import Resource, by_plural
 from .selectors import fields_match, matches, parse_field_selector, parse_label_selector
 from .watches import Watch, _dumps, _Event, _Snapshot, _with_api_version
@@ -45,20 +58,6 @@ __all__ = ["ApiError", "Hook", "Store", "Watch"]
 Hook = Callable[[str, Optional[dict], dict], Optional[dict]]
 
 DEFAULT_HISTORY = 1000
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAME_HELP = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or"
-    " '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used"
-    " for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-# metadata the server owns: kept from the stored object on every update.
-_SYSTEM_METADATA = (
-    "uid",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "generation",
-)
 
 
 @dataclass(frozen=True)
@@ -102,9 +101,8 @@ class Store:
         self._floor = 0  # every event with rv > floor is still in the history
         self._watchers: set[Watch] = set()
         self._hooks: dict[str, list[Hook]] = {}
-        # the garbage collector's graph: every stored uid, and owner uid -> its dependents
-        self._uids: set[str] = set()
-        self._dependents: dict[str, set[tuple[str, tuple[str, str]]]] = {}
+        # the garbage collector's graph: every stored uid, and who owns what
+        self._ownership = OwnerGraph()
         if webhooks:
             from .admission import register_workflow_webhook
 
@@ -199,26 +197,11 @@ class Store:
                     if found.rv < self._floor:
                         raise paging.expired(found.start)
                     rv = found.rv
-                    table = self._table_at(resource, rv)
+                    table = paging.table_at(table, self._history, resource, rv)
             items, more, remaining = paging.select(
                 table, start, namespace if resource.namespaced else None, labels, fields, limit
             )
             return items, str(rv), paging.encode(rv, more) if more else None, remaining
-
-    def _table_at(self, resource: Resource, rv: int) -> dict[tuple[str, str], _Snapshot]:
-        """The objects of ``resource`` as they were at ``rv`` (within the history)."""
-        table = dict(self._objects.get(resource.plural, {}))
-        for event in reversed(self._history):
-            if event.rv <= rv:
-                break
-            if event.plural != resource.plural:
-                continue
-            key = _key(resource, event.snap.obj)
-            if event.type == "ADDED" or event.prev is None:
-                table.pop(key, None)
-            else:
-                table[key] = event.prev
-        return table
 
     # ---- writes --------------------------------------------------------------------------
 
@@ -232,14 +215,14 @@ class Store:
         write: Write = IN_PROCESS,
     ) -> dict:
         resource = by_plural(plural)
-        new = _copy(obj)
+        new = copy_json(obj)
         if not isinstance(new, dict):
             raise errors.bad_request("the request body must be a JSON object")
-        _check_type(resource, new)
+        check_type(resource, new)
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
-        namespace = _scope(resource, namespace, meta)
+        namespace = scope(resource, namespace, meta)
         if meta.get("resourceVersion"):
             raise ApiError(
                 500,
@@ -250,14 +233,14 @@ class Store:
         if not meta.get("name") and meta.get("generateName"):
             suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
             meta["name"] = f"{meta['generateName']}{suffix}"
-        _check_name(resource, meta.get("name"))
-        for field in _SYSTEM_METADATA:
+        check_name(resource, meta.get("name"))
+        for field in SYSTEM_METADATA:
             meta.pop(field, None)
         if resource.namespaced:
             meta["namespace"] = namespace
         if write.status_mode(resource) == "skip":
             new.pop("status", None)  # the status subresource alone writes status
-        _normalize(resource, new)
+        normalize(resource, new)
         with self._lock:
             if resource.namespaced:
                 self._check_namespace(namespace)
@@ -266,7 +249,7 @@ class Store:
             if key in self._objects.get(plural, {}):
                 raise errors.already_exists(resource.qualified, key[1])
             meta = new["metadata"]
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), name=key[1])
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), name=key[1])
             if resource.group:  # custom resources count spec changes; these core kinds do not
                 meta["generation"] = 1
             if resource.namespaced:
@@ -275,7 +258,7 @@ class Store:
                 if write.manager.operation == "Update":
                     meta.pop("managedFields", None)
                     managed.record_update(
-                        None, new, write.manager, write.api_version, _now(), "track"
+                        None, new, write.manager, write.api_version, now(), "track"
                     )
             else:
                 meta.pop("managedFields", None)
@@ -307,10 +290,10 @@ class Store:
     ) -> dict:
         """PUT: 409 Conflict when obj's metadata.resourceVersion is set and stale."""
         resource = by_plural(plural)
-        new = _copy(obj)
+        new = copy_json(obj)
         if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
             raise errors.bad_request("the request body must be a JSON object")
-        _check_type(resource, new)
+        check_type(resource, new)
         with self._lock:
             old = self._existing(resource, namespace, name)
             wanted = new.get("metadata", {}).get("resourceVersion")
@@ -335,7 +318,7 @@ class Store:
         from .patches import json_patch, merge_patch
 
         resource = by_plural(plural)
-        patch = _copy(patch)
+        patch = copy_json(patch)
         with self._lock:
             old = self._existing(resource, namespace, name)
             if isinstance(patch, list):
@@ -349,7 +332,7 @@ class Store:
             wanted = new["metadata"].get("resourceVersion")
             if wanted and wanted != old.obj["metadata"]["resourceVersion"]:
                 raise errors.conflict(resource.qualified, name)
-            _check_type(resource, new)
+            check_type(resource, new)
             return self._update(resource, old, new, write).out(shared)
 
     def apply(
@@ -367,11 +350,11 @@ class Store:
         resource = by_plural(plural)
         if not isinstance(config, dict) or not isinstance(config.get("metadata", {}), dict):
             raise errors.bad_request("the apply configuration must be an object")
-        config = _copy(config)
+        config = copy_json(config)
         if not config.get("apiVersion") or not config.get("kind"):
             missing = "apiVersion" if not config.get("apiVersion") else "kind"
             raise errors.bad_request(f"invalid object type: {missing} must be set")
-        _check_type(resource, config)
+        check_type(resource, config)
         meta = config.setdefault("metadata", {})
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request(
@@ -388,7 +371,7 @@ class Store:
                 if write.subresource == "status":
                     raise errors.not_found(resource.qualified, name)
                 merged = managed.apply(
-                    {"metadata": {}}, config, write.manager, write.api_version, _now(), force=force
+                    {"metadata": {}}, config, write.manager, write.api_version, now(), force=force
                 )
                 created = self.create(
                     plural, namespace, merged, shared=shared, write=_applying(write)
@@ -399,7 +382,7 @@ class Store:
             ):
                 raise errors.conflict(resource.qualified, name)
             merged = managed.apply(
-                old.obj, config, write.manager, write.api_version, _now(), force=force, status=mode
+                old.obj, config, write.manager, write.api_version, now(), force=force, status=mode
             )
             return self._update(resource, old, merged, _applying(write)).out(shared), False
 
@@ -421,14 +404,14 @@ class Store:
         with self._lock:
             old = self._existing(resource, namespace, name)
             old_meta = old.obj["metadata"]
-            _check_preconditions(resource, old.obj, preconditions or {})
-            key = _key(resource, old.obj)
+            check_preconditions(resource, old.obj, preconditions or {})
+            key = key_of(resource, old.obj)
             is_namespace = resource.plural == "namespaces"
             if old_meta.get("finalizers") or is_namespace:
                 if old_meta.get("deletionTimestamp"):
                     return old.out(shared)
                 new = old.copy()
-                new["metadata"]["deletionTimestamp"] = _now()
+                new["metadata"]["deletionTimestamp"] = now()
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 if is_namespace:  # spec.finalizers ["kubernetes"]: the namespace controller
                     new.setdefault("status", {})["phase"] = "Terminating"
@@ -508,7 +491,7 @@ class Store:
             start = self._rv
             replay_from: int | None = None
             if resource_version not in (None, "", "0"):
-                replay_from = _parse_rv(str(resource_version))
+                replay_from = parse_rv(str(resource_version))
                 if replay_from < self._floor:
                     raise errors.expired(replay_from, self._floor)
                 start = max(start, replay_from)
@@ -568,13 +551,13 @@ class Store:
         """Replace the contents with a dump(); the event history starts empty."""
         with self._lock:
             self._objects = {}
-            self._uids, self._dependents = set(), {}
+            self._ownership = OwnerGraph()
             for obj in state.get("objects", []):
-                resource = _resource_of(obj)
+                resource = resource_of(obj)
                 text = _dumps(obj)
                 snap = _Snapshot(json.loads(text), text)
-                self._objects.setdefault(resource.plural, {})[_key(resource, obj)] = snap
-                self._graph(resource.plural, _key(resource, obj), None, snap.obj)
+                self._objects.setdefault(resource.plural, {})[key_of(resource, obj)] = snap
+                self._ownership.update(resource.plural, key_of(resource, obj), None, snap.obj)
             self._rv = int(state.get("resourceVersion", 0))
             self.compact()
 
@@ -632,16 +615,16 @@ class Store:
                 new["status"] = status
         elif mode == "skip":  # the main resource: status stays as stored
             if "status" in old:
-                new["status"] = _copy(old["status"])
+                new["status"] = copy_json(old["status"])
             else:
                 new.pop("status", None)
-        for field in (*_SYSTEM_METADATA, "name", "namespace"):
+        for field in (*SYSTEM_METADATA, "name", "namespace"):
             if field in old_meta:
                 meta[field] = old_meta[field]
             else:
                 meta.pop(field, None)
         meta["resourceVersion"] = old_meta["resourceVersion"]
-        _normalize(resource, new)
+        normalize(resource, new)
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
             if added:
@@ -661,19 +644,19 @@ class Store:
             else:
                 new["metadata"].pop("managedFields", None)
         elif write.manager.operation == "Update":
-            managed.record_update(old, new, write.manager, write.api_version, _now(), mode)
-        key = _key(resource, old)
+            managed.record_update(old, new, write.manager, write.api_version, now(), mode)
+        key = key_of(resource, old)
         if (
             old_meta.get("deletionTimestamp")
             and not new["metadata"].get("finalizers")
             and resource.plural != "namespaces"
         ):
             return self._commit(resource, key, "DELETED", new, old_snap, write.dry_run)
-        if _without_version(new) == _without_version(old) and (
-            write.manager is None or _owners(new) == _owners(old)
+        if without_version(new) == without_version(old) and (
+            write.manager is None or field_owners(new) == field_owners(old)
         ):
             return old_snap  # a no-op write: nothing changes, not even the resourceVersion
-        if resource.group and _content(resource, new) != _content(resource, old):
+        if resource.group and counted_content(resource, new) != counted_content(resource, old):
             new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
         return self._commit(resource, key, "MODIFIED", new, old_snap, write.dry_run)
 
@@ -689,7 +672,7 @@ class Store:
                     500, "InternalError", f"Internal error occurred: admission hook failed: {exc}"
                 ) from exc
             if result is not None and result is not new:
-                new = _copy(result)
+                new = copy_json(result)
         return new
 
     def _commit(
@@ -719,7 +702,8 @@ class Store:
             table.pop(key, None)
         else:
             table[key] = snap
-        self._graph(resource.plural, key, prev.obj if prev else None, None if gone else snap.obj)
+        old = prev.obj if prev else None
+        self._ownership.update(resource.plural, key, old, None if gone else snap.obj)
         event = _Event(rv, resource.plural, event_type, snap, prev)
         self._history.append(event)
         self._trim()
@@ -731,28 +715,11 @@ class Store:
             self._collect_dependents(snap.obj["metadata"].get("uid", ""))
         return snap
 
-    def _graph(self, plural: str, key: tuple[str, str], old: dict | None, new: dict | None) -> None:
-        """Keep the garbage collector's graph as ``old`` (None: created) becomes ``new``
-        (None: gone for good)."""
-        if old is not None:
-            self._uids.discard(old["metadata"].get("uid", ""))
-            for owner in _owner_uids(old):
-                self._dependents.get(owner, set()).discard((plural, key))
-        if new is not None:
-            self._uids.add(new["metadata"].get("uid", ""))
-            for owner in _owner_uids(new):
-                self._dependents.setdefault(owner, set()).add((plural, key))
-
     def _collect_dependents(self, uid: str) -> None:
         """The garbage collector (background propagation): the object ``uid`` is gone, so
         each object it owned is deleted once no owner of it is left (finalizers still hold
         it).  Kubernetes does this a moment later; here it is at once."""
-        for plural, key in sorted(self._dependents.pop(uid, ())):
-            found = self._objects.get(plural, {}).get(key)
-            if found is None or found.obj["metadata"].get("deletionTimestamp"):
-                continue
-            if any(owner in self._uids for owner in _owner_uids(found.obj)):
-                continue
+        for plural, key in self._ownership.orphans(uid, self._objects):
             self.delete(plural, key[0] or None, key[1])
 
     def _trim(self) -> None:
@@ -762,145 +729,6 @@ class Store:
     def _unregister(self, watch: Watch) -> None:
         with self._lock:
             self._watchers.discard(watch)
-
-
-def _copy(obj: Any) -> Any:
-    return json.loads(_dumps(obj))
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _key(resource: Resource, obj: dict) -> tuple[str, str]:
-    meta = obj["metadata"]
-    return (meta.get("namespace", "") if resource.namespaced else "", meta["name"])
-
-
-def _resource_of(obj: dict) -> Resource:
-    from .resources import RESOURCES
-
-    group = obj.get("apiVersion", "").rpartition("/")[0]
-    for resource in RESOURCES:
-        if resource.kind == obj.get("kind") and resource.group == group:
-            return resource
-    raise errors.bad_request(f"no resource serves kind {obj.get('kind')!r}")
-
-
-def _scope(resource: Resource, namespace: str | None, meta: dict) -> str:
-    if not resource.namespaced:
-        meta.pop("namespace", None)
-        return ""
-    body_ns = meta.get("namespace")
-    if namespace and body_ns and body_ns != namespace:
-        raise errors.bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request"
-        )
-    found = namespace or body_ns
-    if not found:
-        raise errors.bad_request("an empty namespace may not be set during creation")
-    return found
-
-
-def _check_name(resource: Resource, name: Any) -> None:
-    if not name:
-        raise errors.invalid(
-            resource.kind_group,
-            "",
-            ["metadata.name: Required value: name or generateName is required"],
-        )
-    if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
-        raise errors.invalid(
-            resource.kind_group,
-            str(name),
-            [f'metadata.name: Invalid value: "{name}": {_NAME_HELP}'],
-        )
-
-
-def _check_type(resource: Resource, obj: dict) -> None:
-    kind = obj.get("kind")
-    if kind and kind != resource.kind:
-        raise errors.bad_request(
-            f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})"
-        )
-    api_version = obj.get("apiVersion")
-    served = tuple(resource.api_version(v) for v in resource.versions)
-    if api_version and api_version not in served:
-        raise errors.bad_request(
-            f"the API version in the data ({api_version}) does not match the expected API"
-            f" version ({resource.api_version()})"
-        )
-    obj["apiVersion"] = resource.api_version()
-    obj["kind"] = resource.kind
-
-
-def _owner_uids(obj: dict) -> set[str]:
-    refs = obj["metadata"].get("ownerReferences") or []
-    return {r["uid"] for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str)}
-
-
-def _check_preconditions(resource: Resource, obj: dict, preconditions: dict) -> None:
-    meta = obj["metadata"]
-    for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
-        wanted = preconditions.get(field)
-        if wanted and wanted != meta.get(field):
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {resource.qualified} "{meta["name"]}":'
-                f" Precondition failed: {label} in precondition: {wanted}, {label} in object"
-                f" meta: {meta.get(field)}",
-            )
-
-
-def _normalize(resource: Resource, obj: dict) -> None:
-    """Server-side defaults of the built-in kinds we serve; ObjectMeta's empty collections
-    are dropped, as its Go struct (omitempty) never stores them."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        for field in ("labels", "annotations", "finalizers", "ownerReferences"):
-            if field in meta and not meta[field] and meta[field] is not None:
-                del meta[field]
-    if resource.plural == "secrets":
-        string_data = obj.pop("stringData", None) or {}
-        data = obj.setdefault("data", {}) if string_data or "data" in obj else None
-        for key, value in string_data.items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        if not obj.get("type"):
-            obj["type"] = "Opaque"
-    elif resource.plural == "namespaces":
-        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-        obj.setdefault("status", {"phase": "Active"})
-    if resource.schema is not None:  # a kind served from its CRD: the schema's defaults
-        apply_defaults(resource.schema, obj)
-
-
-def _parse_rv(text: str) -> int:
-    if not text.isdigit():
-        raise errors.bad_request(f'invalid resource version "{text}"')
-    return int(text)
-
-
-def _without_version(obj: dict) -> dict:
-    meta = {
-        k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")
-    }
-    return {**obj, "metadata": meta}
-
-
-def _owners(obj: dict) -> list:
-    """managedFields without their times: who owns what."""
-    found = obj["metadata"].get("managedFields") or []
-    return [{k: v for k, v in e.items() if k != "time"} for e in found if isinstance(e, dict)]
-
-
-def _content(resource: Resource, obj: dict) -> dict:
-    """What generation counts: all but metadata (and status, for a kind with a subresource)."""
-    skip = ("metadata", "apiVersion", "kind", "status") if resource.has_status else _UNCOUNTED
-    return {k: v for k, v in obj.items() if k not in skip}
-
-
-_UNCOUNTED = ("metadata", "apiVersion", "kind")
 
 
 def _applying(write: Write) -> Write:

@@ -15,13 +15,13 @@ from typing import Any
 from flux_dws.base import untrusted
 from flux_dws.base.errors import RequestError
 from flux_dws.base.frozen import Shared, share_strings
+from flux_dws.core.containeroutcome import ContainerState
 from flux_dws.core.failing import Refusal
 from flux_dws.core.health import Failures
 from flux_dws.core.jobview import JobException, JobPhase, JobView, ProposalInfo
 from flux_dws.core.policy import Policy
 from flux_dws.core.request import DwRequest, request_from_attributes
 from flux_dws.core.states import State
-from flux_dws.core.workflow import ContainerState
 
 #: Parts of a record that jobs of one shape hold alike: one copy between them
 #: (share_alike).  Of the others, only empty lists and tables are shared.

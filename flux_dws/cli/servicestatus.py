@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: LGPL-3.0-only
-"""`flux dws status` without a job ID: the service's health at a glance.
+"""`flux dws status` without a job ID: the service's state at a glance.
 
 Built from the dws plugin's ``list`` answer alone (doc/protocol.rst): its job records, and
 what it knows of the service, which sends a report with every heartbeat.  So it works when
@@ -25,7 +25,7 @@ ERRORS_SHOWN = 5
 
 
 @dataclass(frozen=True)
-class Health:
+class ServiceStatus:
     """What the admin sees; ``--json`` prints it as it is."""
 
     service: str  # "active", "not running"
@@ -69,8 +69,8 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def build_health(answer: Mapping[str, Any], now: float) -> Health:
-    """The plugin's ``list`` answer -> Health (pure)."""
+def build_service_status(answer: Mapping[str, Any], now: float) -> ServiceStatus:
+    """The plugin's ``list`` answer -> ServiceStatus (pure)."""
     records = [r for r in answer.get("jobs") or [] if isinstance(r, Mapping)]
     states = sorted(job_summary(records, now), key=_order)
     service = answer.get("service")
@@ -78,7 +78,7 @@ def build_health(answer: Mapping[str, Any], now: float) -> Health:
     standbys = service.get("standbys") if isinstance(service, Mapping) else 0
     standbys = untrusted.count(standbys) or 0
     if not isinstance(active, Mapping):
-        return Health("not running", standbys=standbys, states=states)
+        return ServiceStatus("not running", standbys=standbys, states=states)
     report = active.get("report") if isinstance(active.get("report"), Mapping) else {}
     api = report.get("api") if isinstance(report.get("api"), Mapping) else {}
     errors = []
@@ -87,7 +87,7 @@ def build_health(answer: Mapping[str, Any], now: float) -> Health:
             errors.append((_num(entry[0]) or 0.0, untrusted.text(entry[1].strip(), 300)))
     pid = active.get("pid")
     reachable = api.get("reachable")
-    return Health(
+    return ServiceStatus(
         service="active",
         pid=untrusted.integer(pid),
         host=untrusted.text(active.get("host") or "", 64),
@@ -117,7 +117,7 @@ def _clock(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
 
 
-def render_health(view: Health, now: float, name: Callable[[int], str]) -> list[str]:
+def render_service_status(view: ServiceStatus, now: float, name: Callable[[int], str]) -> list[str]:
     """The text form; ``name`` renders a job ID (f58 or decimal, as the terminal wants)."""
     if view.service != "active":
         lines = ["service:  NOT RUNNING: no flux-dws service is connected; #DW jobs wait"]
@@ -163,7 +163,7 @@ def render_health(view: Health, now: float, name: Callable[[int], str]) -> list[
     return lines
 
 
-def _render_rabbits(view: Health) -> list[str]:
+def _render_rabbits(view: ServiceStatus) -> list[str]:
     """Down rabbits, capacity drift and drained nodes (grouped by reason, as a hostlist)."""
     lines = []
     for rabbit, why in sorted(view.rabbits_down.items()):
@@ -185,5 +185,5 @@ def _render_rabbits(view: Health) -> list[str]:
     return lines
 
 
-def health_json(view: Health) -> dict[str, Any]:
+def service_status_json(view: ServiceStatus) -> dict[str, Any]:
     return asdict(view)
