@@ -26,6 +26,23 @@
  *   - "start" (every shell of the job is running, so everything before it is
  *     committed) or a fatal exception.
  *
+ * Where it reads.  The watch goes to the shell's own broker, whose job-info
+ * and KVS serve every shell of its node.  But a broker other than rank 0 can
+ * miss a commit (flux-core 0.88): its KVS sets up a namespace on the first
+ * request for it (kvs.getroot upstream) and subscribes to the namespace's
+ * setroot events only once that answer is in, so a commit published between
+ * the two is never applied there, and that broker serves the older root to
+ * every reader until the next commit in the namespace.  A job shell is often
+ * that first request on its node, right as the job-manager commits the batch
+ * holding prolog-finish; on a quiet instance no next commit comes, and the
+ * shell waited for ever (the job eventlog on rank 0 held prolog-finish and
+ * start; `flux kvs version` on the shell's broker stayed one behind rank 0's).
+ * So when the watch has not shown this shell's start RANK0_AFTER seconds into
+ * the wait, and every NOTICE_INTERVAL after, the plugin also reads the whole
+ * eventlog from rank 0 (job-info.lookup there), whose KVS makes the commits,
+ * and goes on when that shows the start.  A healthy instance never gets there:
+ * rank 0 is not asked by the shells of a job that start normally.
+ *
  * How it waits.  flux-core offers a shell plugin no asynchronous way to hold
  * task start, so the wait is synchronous, but it never runs on the shell's own
  * handle: a synchronous wait there (flux_future_wait_for) runs a temporary
@@ -48,10 +65,11 @@
  *
  * What it waits for is seen at the time, not only after: shell log messages
  * logged during shell.init reach the job's output only once the shell's reactor
- * runs (after shell.start), so the notices FIRST_NOTICE seconds into the wait and
- * every NOTICE_INTERVAL after it go to the broker log (flux dmesg, on the private
- * connection) and to the shell's stderr (job-exec records it in the exec
- * eventlog as a "log" event).
+ * runs (after shell.start), so the notices RANK0_AFTER seconds into the wait and
+ * every NOTICE_INTERVAL after it, and the line saying the start was read from
+ * rank 0, go to the broker log (flux dmesg, on the private connection) and to
+ * the shell's stderr (job-exec records it in the exec eventlog as a "log"
+ * event, and flux job attach prints it).
  *
  * Only jobs with attributes.system.dw do anything: the check is a lookup in
  * the jobspec the shell already holds, so other jobs pay nothing.
@@ -87,9 +105,10 @@ static const double DEFAULT_BOUND = 600.;
 /* The largest bound dws.env-timeout may set: 5 minutes below job-exec's default
  * start barrier timeout (exec.barrier-timeout, 30 minutes). */
 static const double MAX_BOUND = 1500.;
-/* Seconds into the wait of the first "still waiting" notice, and between the
- * later ones: a healthy instance shows the shell its start in milliseconds. */
-static const double FIRST_NOTICE = 5.;
+/* Seconds into the wait of the first "still waiting" notice and read from rank
+ * 0, and between the later ones: a healthy instance shows the shell its start in
+ * milliseconds. */
+static const double RANK0_AFTER = 5.;
 static const double NOTICE_INTERVAL = 60.;
 
 /* What the eventlog has shown so far. */
@@ -107,16 +126,20 @@ struct scan {
 struct wait {
     flux_t *h;
     flux_reactor_t *r;
-    flux_future_t *watch;
+    flux_future_t *watch;     /* the eventlog, from this shell's broker */
+    flux_future_t *lookup;    /* the eventlog, from rank 0 (while one is asked for) */
     flux_watcher_t *timer;    /* the bound */
-    flux_watcher_t *notice;   /* "still waiting" notices */
+    flux_watcher_t *notice;   /* "still waiting" notices and reads from rank 0 */
+    flux_jobid_t id;
     const char *job;          /* the job ID in f58, for notices */
     int shell_rank;
     double bound;
     double started;           /* monotonic seconds */
     bool timed_out;
+    bool from_rank0;          /* the scan that completed was read from rank 0 */
     char error[256];          /* why the eventlog could not be read ("" if it could) */
-    struct scan scan;
+    struct scan scan;         /* what the watch has shown */
+    struct scan rank0;        /* what rank 0 showed at the last read */
 };
 
 /* True once every event posted before this shell's start request is in view. */
@@ -329,6 +352,81 @@ static void timer_cb (flux_reactor_t *r, flux_watcher_t *watcher, int revents, v
     flux_reactor_stop (r);
 }
 
+static void scan_clear (struct scan *scan)
+{
+    json_decref (scan->env_event);
+    memset (scan, 0, sizeof (*scan));
+}
+
+/* The last event seen, from the view that got furthest. */
+static const char *wait_last (const struct wait *w)
+{
+    return scan_last (w->rank0.count > w->scan.count ? &w->rank0 : &w->scan);
+}
+
+static void lookup_cb (flux_future_t *f, void *arg)
+{
+    struct wait *w = arg;
+    const char *eventlog;
+    char *copy = NULL;
+    char *line, *saveptr = NULL;
+    char waited[32];
+
+    scan_clear (&w->rank0);
+    if (flux_rpc_get_unpack (f, "{s:s}", "eventlog", &eventlog) < 0
+        || !(copy = strdup (eventlog))) {
+        const char *why = flux_future_error_string (f);
+        notify (w,
+                LOG_WARNING,
+                false,
+                "cannot read the job eventlog from rank 0: %s",
+                why ? why : strerror (errno));
+        goto done;
+    }
+    for (line = strtok_r (copy, "\n", &saveptr); line; line = strtok_r (NULL, "\n", &saveptr))
+        scan_event (&w->rank0, line);
+    if (scan_complete (&w->rank0)) {
+        notify (w,
+                LOG_WARNING,
+                true,
+                "read the job eventlog from rank 0 after %s: it shows %s there, but this"
+                " node's broker still shows it only up to %s",
+                duration ((long)(monotime () - w->started + .5), waited, sizeof (waited)),
+                scan_awaited (&w->scan),
+                scan_last (&w->scan));
+        w->from_rank0 = true;
+        flux_reactor_stop (w->r);
+    }
+done:
+    free (copy);
+    flux_future_destroy (f);
+    w->lookup = NULL;
+}
+
+/* Ask rank 0 for the whole eventlog, unless a read is under way. */
+static void lookup_rank0 (struct wait *w)
+{
+    if (w->lookup)
+        return;
+    if (!(w->lookup = flux_rpc_pack (w->h,
+                                     "job-info.lookup",
+                                     0,
+                                     0,
+                                     "{s:I s:[s] s:i}",
+                                     "id", (json_int_t)w->id,
+                                     "keys", "eventlog",
+                                     "flags", 0))
+        || flux_future_then (w->lookup, -1., lookup_cb, w) < 0) {
+        notify (w,
+                LOG_WARNING,
+                false,
+                "cannot ask rank 0 for the job eventlog: %s",
+                strerror (errno));
+        flux_future_destroy (w->lookup);
+        w->lookup = NULL;
+    }
+}
+
 static void notice_cb (flux_reactor_t *r, flux_watcher_t *watcher, int revents, void *arg)
 {
     struct wait *w = arg;
@@ -338,17 +436,19 @@ static void notice_cb (flux_reactor_t *r, flux_watcher_t *watcher, int revents, 
             LOG_WARNING,
             true,
             "still waiting after %s for the job eventlog to show %s (last event seen: %s);"
-            " giving up after %s",
+            " reading it from rank 0 too; giving up after %s",
             duration ((long)(monotime () - w->started + .5), waited, sizeof (waited)),
             scan_awaited (&w->scan),
-            scan_last (&w->scan),
+            wait_last (w),
             duration (w->bound, bound, sizeof (bound)));
+    lookup_rank0 (w);
 }
 
 static void wait_fini (struct wait *w)
 {
     /* No cancel: closing the connection ends the watch in job-info. */
     flux_future_destroy (w->watch);
+    flux_future_destroy (w->lookup);
     flux_watcher_destroy (w->timer);
     flux_watcher_destroy (w->notice);
     flux_close (w->h);
@@ -359,7 +459,7 @@ static void wait_fini (struct wait *w)
  * connection, for at most w->bound seconds.  Returns 0 when the eventlog was
  * read that far; -1 with w->error set or w->timed_out true otherwise.  Either
  * way w->scan holds what was read. */
-static int wait_run (struct wait *w, flux_jobid_t id)
+static int wait_run (struct wait *w)
 {
     if (!(w->r = flux_reactor_create (0))) {
         snprintf (w->error, sizeof (w->error), "cannot create a reactor: %s", strerror (errno));
@@ -375,16 +475,16 @@ static int wait_run (struct wait *w, flux_jobid_t id)
     }
     flux_log_set_appname (w->h, FLUX_SHELL_PLUGIN_NAME);
     if (flux_set_reactor (w->h, w->r) < 0
-        || !(w->watch = flux_job_event_watch (w->h, id, "eventlog", 0))
+        || !(w->watch = flux_job_event_watch (w->h, w->id, "eventlog", 0))
         || flux_future_then (w->watch, -1., watch_cb, w) < 0
         || !(w->timer = flux_timer_watcher_create (w->r, w->bound, 0., timer_cb, w))) {
         snprintf (w->error, sizeof (w->error), "cannot watch it: %s", strerror (errno));
         goto error;
     }
     flux_watcher_start (w->timer);
-    if (FIRST_NOTICE < w->bound) {
+    if (RANK0_AFTER < w->bound) {
         if (!(w->notice = flux_timer_watcher_create (w->r,
-                                                     FIRST_NOTICE,
+                                                     RANK0_AFTER,
                                                      NOTICE_INTERVAL,
                                                      notice_cb,
                                                      w))) {
@@ -397,6 +497,12 @@ static int wait_run (struct wait *w, flux_jobid_t id)
     if (flux_reactor_run (w->r, 0) < 0) {
         snprintf (w->error, sizeof (w->error), "its reactor failed: %s", strerror (errno));
         goto error;
+    }
+    if (w->from_rank0) {
+        scan_clear (&w->scan);
+        w->scan = w->rank0; /* the reference to its env_event moves with it */
+        memset (&w->rank0, 0, sizeof (w->rank0));
+        return 0;
     }
     if (w->timed_out || w->error[0])
         goto error;
@@ -496,11 +602,12 @@ static int dws_env_init (flux_plugin_t *p,
         return fail ("%s", error);
     if (flux_job_id_encode ((flux_jobid_t)id, "f58", f58, sizeof (f58)) < 0)
         snprintf (f58, sizeof (f58), "%ju", (uintmax_t)id);
+    w.id = (flux_jobid_t)id;
     w.job = f58;
     duration (w.bound, bound, sizeof (bound));
 
     shell_debug ("reading the job eventlog for the %s event (at most %s)", ENV_EVENT, bound);
-    if (wait_run (&w, (flux_jobid_t)id) < 0) {
+    if (wait_run (&w) < 0) {
         if (w.timed_out) {
             notify (&w, /* the failure below is the job's output and exception */
                     LOG_ERR,
@@ -509,19 +616,19 @@ static int dws_env_init (flux_plugin_t *p,
                     " (last event seen: %s)",
                     bound,
                     scan_awaited (&w.scan),
-                    scan_last (&w.scan));
+                    wait_last (&w));
             rc = fail ("the job eventlog did not show %s within %s (-o %s.%s);"
                        " last event seen: %s",
                        scan_awaited (&w.scan),
                        bound,
                        OPTION,
                        TIMEOUT_KEY,
-                       scan_last (&w.scan));
+                       wait_last (&w));
         }
         else
             rc = fail ("cannot read the job eventlog: %s (last event seen: %s)",
                        w.error,
-                       scan_last (&w.scan));
+                       wait_last (&w));
     }
     else if (!w.scan.env_event) {
         rc = fail ("#DW job has no %s event: its tasks do not start without"
@@ -531,7 +638,8 @@ static int dws_env_init (flux_plugin_t *p,
     else
         rc = apply_env_event (shell, w.scan.env_event);
     wait_fini (&w);
-    json_decref (w.scan.env_event);
+    scan_clear (&w.scan);
+    scan_clear (&w.rank0);
     return rc;
 }
 

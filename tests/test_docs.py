@@ -531,7 +531,7 @@ def test_shell_options_in_the_docs_are_the_plugins_and_its_bounds_are_as_said():
     constants = shell_plugin_constants()
     option, key = constants["OPTION"], constants["TIMEOUT_KEY"]
     default, most = float(constants["DEFAULT_BOUND"]), float(constants["MAX_BOUND"])
-    first, every = float(constants["FIRST_NOTICE"]), float(constants["NOTICE_INTERVAL"])
+    first, every = float(constants["RANK0_AFTER"]), float(constants["NOTICE_INTERVAL"])
     used = [
         options[option]
         for command in submissions()
@@ -548,7 +548,7 @@ def test_shell_options_in_the_docs_are_the_plugins_and_its_bounds_are_as_said():
     assert f"the shell option ``{option}.{key}``, at most {most / 60:g} minutes" in words
     assert f"After {first:g} seconds of waiting, and every minute after" in words
     assert every == 60
-    assert f"giving up after {default / 60:g}m" in admin
+    assert f"reading it from rank 0 too; giving up after {default / 60:g}m" in admin
     assert f"within {default / 60:g}m (-o {option}.{key}); last event seen: " in admin
 
 
