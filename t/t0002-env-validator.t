@@ -151,23 +151,24 @@ dws_setup 'build the stall plugin' '
 '
 
 # dmesg_all: every broker's log (flux dmesg shows the broker it asks, and a shell logs to
-# the broker of its node).
+# the broker of its node), read whole before anything greps it.
 dmesg_all() {
-    flux exec -r all flux dmesg
+    flux exec -r all flux dmesg >dmesg.all &&
+    cat dmesg.all
 }
 
 # dmesg_wait ERE: wait (DWS_TIMEOUT) for a broker log line matching ERE.
 dmesg_wait() {
     local deadline=$(($(date +%s) + DWS_TIMEOUT))
-    until dmesg_all | grep -E "$1"; do
+    until dmesg_all >dmesg.out && grep -E "$1" dmesg.out; do
         test $(date +%s) -lt $deadline || return 1
         sleep 0.2
     done
 }
 
-# release_stall: let the job-manager go on (opening the FIFO read-write never blocks).
+# release_stall [FIFO]: let the job-manager go on (opening the FIFO read-write never blocks).
 release_stall() {
-    : <>stall.fifo
+    : <>"${1:-stall.fifo}"
 }
 
 test_expect_success 'a shell whose job eventlog stops short of its start gives up at its bound' '
@@ -180,7 +181,8 @@ test_expect_success 'a shell whose job eventlog stops short of its start gives u
     flux job urgency $id default &&
     dmesg_wait "dws-env.*job $f58 \(shell rank 0\): gave up after 10s: the job eventlog did not show prolog-finish of the dws prolog \(last event seen: [a-z-]+\)" \
         >gave-up.out &&
-    dmesg_all | grep "dws-env.*job $f58 (shell rank 0): still waiting after 5s for the job eventlog to show prolog-finish of the dws prolog (last event seen: [a-z-]*); giving up after 10s" &&
+    dmesg_all >dmesg.out &&
+    grep "dws-env.*job $f58 (shell rank 0): still waiting after 5s for the job eventlog to show prolog-finish of the dws prolog (last event seen: [a-z-]*); reading it from rank 0 too; giving up after 10s" dmesg.out &&
     release_stall &&
     flux job wait-event -t $DWS_TIMEOUT $id clean >/dev/null &&
     ! flux job attach -l $id >silent.out 2>silent.err &&
@@ -191,6 +193,54 @@ test_expect_success 'a shell whose job eventlog stops short of its start gives u
     flux job eventlog $id >silent.eventlog &&
     grep "exception type=\"exec\" severity=0 note=\"dws-env: the job eventlog did not show prolog-finish of the dws prolog within 10s (-o dws.env-timeout); last event seen: " silent.eventlog &&
     flux job eventlog -p exec $id | grep "log .*still waiting after 5s"
+'
+
+# kvs_rpc RANK TOPIC: a kvs.TOPIC request for the primary namespace to the broker of RANK.
+kvs_rpc() {
+    flux python -c "import flux, sys; flux.Flux().rpc(sys.argv[2], {\"namespace\": \"primary\"}, nodeid=int(sys.argv[1])).get()" "$@"
+}
+
+# A broker other than rank 0 can serve an eventlog a commit behind (flux-core: its KVS
+# sets a namespace up on the first request for it and subscribes to its setroot events
+# only once that is answered, so a commit in between is never applied there, until the
+# next one).  Here on purpose, in order: rank 1 is brought up to date, then its KVS is
+# paused (kvs.setroot-pause, flux-core's test hook); dws-environment, prolog-finish and
+# start are committed while the job shell waits at a gate (its job_shell), and rank 1 has
+# passed their setroot event (flux exec answers after it) with no kvs-watch there to
+# follow it; only then does flux-shell start.  Nothing else commits in this instance until
+# the job's tasks end, so rank 1 shows the shell an eventlog that stops at alloc.  The
+# shell reads it from rank 0 instead, says so, and its tasks start with their environment.
+test_expect_success 'a shell whose broker serves an eventlog a commit behind reads rank 0' '
+    mkfifo gate.fifo &&
+    cat >gate-shell.sh <<-EOF &&
+	#!/bin/sh
+	cat "$PWD/gate.fifo" >/dev/null
+	exec "$(flux config builtin shell_path)" "\$@"
+	EOF
+    chmod +x gate-shell.sh &&
+    id=$(held_job -N1 --requires=rank:1 -S exec.job_shell="$PWD/gate-shell.sh" \
+        -S dw="$DW" printenv DW_JOB_scratch) &&
+    f58=$(dws_f58 $id) &&
+    post_events $id dependency-add "{\"description\": \"dws\"}" \
+        prolog-start "{\"description\": \"dws\"}" &&
+    flux job urgency $id default &&
+    flux job wait-event -t $DWS_TIMEOUT $id alloc >/dev/null &&
+    flux exec -r 1 flux kvs wait $(flux kvs version) &&
+    kvs_rpc 1 kvs.setroot-pause &&
+    test_when_finished "kvs_rpc 1 kvs.setroot-unpause" &&
+    post_events $id dws-environment "{\"env\": {\"DW_JOB_scratch\": \"/mnt/behind\"}}" \
+        prolog-finish "{\"description\": \"dws\", \"status\": 0}" &&
+    flux job wait-event -t $DWS_TIMEOUT $id start >/dev/null &&
+    flux exec -r 1 true &&
+    timeout $DWS_TIMEOUT sh -c "echo go >gate.fifo" &&
+    dmesg_wait "dws-env.*job $f58 \(shell rank 0\): read the job eventlog from rank 0 after 5s: it shows prolog-finish of the dws prolog there, but this node.s broker still shows it only up to alloc" &&
+    kvs_rpc 1 kvs.setroot-unpause &&
+    flux job wait-event -t $DWS_TIMEOUT $id clean >/dev/null &&
+    flux job attach -l $id >behind.out 2>behind.err &&
+    echo "0: /mnt/behind" >behind.expected &&
+    test_cmp behind.expected behind.out &&
+    grep "stderr: dws-env: read the job eventlog from rank 0 after 5s" behind.err &&
+    test_must_fail grep ERROR behind.err
 '
 
 test_expect_success 'a #DW job whose dws.env-timeout is not a duration fails with one line' '
