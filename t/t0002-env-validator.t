@@ -135,18 +135,121 @@ test_expect_success 'a #DW job without the event fails with one line; no task st
     test $(grep -c "ERROR: dws-env:" noevent.err) -eq 1
 '
 
-# A job held by the dws plugin whose PreRun deadline passed without the event: the shell
-# gives up DEADLINE_GRACE (60 s) after it, not after a fixed wait from its own start.
-test_expect_success 'the wait for the event is bounded by the job PreRun deadline' '
-    id=$(held_job -S dw="$DW" sh -c "echo started") &&
-    past=$(flux python -c "import time; print(time.time() - 120)") &&
-    post_events $id dependency-add "{\"description\": \"dws\"}" \
-        dws-state "{\"state\": \"PreRun\", \"timeout\": 60, \"deadline\": $past}" &&
+# The stall plugin (t/stall-plugin.c) stops the job-manager in the job's start event,
+# before it is committed: the shell runs, and the job eventlog it watches stays short of
+# its start (prolog-finish of the dws prolog, which nobody posts here, or start).  The job
+# has no time limit and no PreRun deadline: only dws-env's own bound ends the wait.  While
+# it waits the shell says so in the broker log and on its stderr; at the bound it gives up
+# with one line naming the last event it saw, which becomes the job's exception once the
+# job-manager goes on.  The test lets the job-manager go only after the broker log shows
+# the shell gave up: the order, not time, decides.
+dws_setup 'build the stall plugin' '
+    pc="pkg-config" &&
+    { pkg-config --exists flux-core || pc="env PKG_CONFIG_PATH=/opt/flux/lib/pkgconfig pkg-config"; } &&
+    cc -shared -fPIC -Wall -Werror -o stall-plugin.so "$SHARNESS_TEST_DIRECTORY/stall-plugin.c" \
+        $($pc --cflags --libs flux-core)
+'
+
+# dmesg_all: every broker's log (flux dmesg shows the broker it asks, and a shell logs to
+# the broker of its node), read whole before anything greps it.
+dmesg_all() {
+    flux exec -r all flux dmesg >dmesg.all &&
+    cat dmesg.all
+}
+
+# dmesg_wait ERE: wait (DWS_TIMEOUT) for a broker log line matching ERE.
+dmesg_wait() {
+    local deadline=$(($(date +%s) + DWS_TIMEOUT))
+    until dmesg_all >dmesg.out && grep -E "$1" dmesg.out; do
+        test $(date +%s) -lt $deadline || return 1
+        sleep 0.2
+    done
+}
+
+# release_stall [FIFO]: let the job-manager go on (opening the FIFO read-write never blocks).
+release_stall() {
+    : <>"${1:-stall.fifo}"
+}
+
+test_expect_success 'a shell whose job eventlog stops short of its start gives up at its bound' '
+    mkfifo stall.fifo &&
+    flux jobtap load "$PWD/stall-plugin.so" fifo="$PWD/stall.fifo" &&
+    test_when_finished "release_stall; flux jobtap remove stall-plugin.so" &&
+    id=$(held_job -o dws.env-timeout=10s -S dw="$DW" sh -c "echo started") &&
+    f58=$(dws_f58 $id) &&
+    post_events $id dependency-add "{\"description\": \"dws\"}" &&
     flux job urgency $id default &&
+    dmesg_wait "dws-env.*job $f58 \(shell rank 0\): gave up after 10s: the job eventlog did not show prolog-finish of the dws prolog \(last event seen: [a-z-]+\)" \
+        >gave-up.out &&
+    dmesg_all >dmesg.out &&
+    grep "dws-env.*job $f58 (shell rank 0): still waiting after 5s for the job eventlog to show prolog-finish of the dws prolog (last event seen: [a-z-]*); reading it from rank 0 too; giving up after 10s" dmesg.out &&
+    release_stall &&
     flux job wait-event -t $DWS_TIMEOUT $id clean >/dev/null &&
-    ! flux job attach -l $id >late.out 2>late.err &&
-    test_must_be_empty late.out &&
-    grep "past the job.s PreRun deadline" late.err
+    ! flux job attach -l $id >silent.out 2>silent.err &&
+    test_must_be_empty silent.out &&
+    grep "stderr: dws-env: still waiting after 5s for the job eventlog to show prolog-finish of the dws prolog" silent.err &&
+    grep "ERROR: dws-env: the job eventlog did not show prolog-finish of the dws prolog within 10s (-o dws.env-timeout); last event seen: [a-z-]*$" silent.err &&
+    test $(grep -c "ERROR: dws-env:" silent.err) -eq 1 &&
+    flux job eventlog $id >silent.eventlog &&
+    grep "exception type=\"exec\" severity=0 note=\"dws-env: the job eventlog did not show prolog-finish of the dws prolog within 10s (-o dws.env-timeout); last event seen: " silent.eventlog &&
+    flux job eventlog -p exec $id | grep "log .*still waiting after 5s"
+'
+
+# kvs_rpc RANK TOPIC: a kvs.TOPIC request for the primary namespace to the broker of RANK.
+kvs_rpc() {
+    flux python -c "import flux, sys; flux.Flux().rpc(sys.argv[2], {\"namespace\": \"primary\"}, nodeid=int(sys.argv[1])).get()" "$@"
+}
+
+# A broker other than rank 0 can serve an eventlog a commit behind (flux-core: its KVS
+# sets a namespace up on the first request for it and subscribes to its setroot events
+# only once that is answered, so a commit in between is never applied there, until the
+# next one).  Here on purpose, in order: rank 1 is brought up to date, then its KVS is
+# paused (kvs.setroot-pause, flux-core's test hook); dws-environment, prolog-finish and
+# start are committed while the job shell waits at a gate (its job_shell), and rank 1 has
+# passed their setroot event (flux exec answers after it) with no kvs-watch there to
+# follow it; only then does flux-shell start.  Nothing else commits in this instance until
+# the job's tasks end, so rank 1 shows the shell an eventlog that stops at alloc.  The
+# shell reads it from rank 0 instead, says so, and its tasks start with their environment.
+test_expect_success 'a shell whose broker serves an eventlog a commit behind reads rank 0' '
+    mkfifo gate.fifo &&
+    cat >gate-shell.sh <<-EOF &&
+	#!/bin/sh
+	cat "$PWD/gate.fifo" >/dev/null
+	exec "$(flux config builtin shell_path)" "\$@"
+	EOF
+    chmod +x gate-shell.sh &&
+    id=$(held_job -N1 --requires=rank:1 -S exec.job_shell="$PWD/gate-shell.sh" \
+        -S dw="$DW" printenv DW_JOB_scratch) &&
+    f58=$(dws_f58 $id) &&
+    post_events $id dependency-add "{\"description\": \"dws\"}" \
+        prolog-start "{\"description\": \"dws\"}" &&
+    flux job urgency $id default &&
+    flux job wait-event -t $DWS_TIMEOUT $id alloc >/dev/null &&
+    flux exec -r 1 flux kvs wait $(flux kvs version) &&
+    kvs_rpc 1 kvs.setroot-pause &&
+    test_when_finished "kvs_rpc 1 kvs.setroot-unpause" &&
+    post_events $id dws-environment "{\"env\": {\"DW_JOB_scratch\": \"/mnt/behind\"}}" \
+        prolog-finish "{\"description\": \"dws\", \"status\": 0}" &&
+    flux job wait-event -t $DWS_TIMEOUT $id start >/dev/null &&
+    flux exec -r 1 true &&
+    timeout $DWS_TIMEOUT sh -c "echo go >gate.fifo" &&
+    dmesg_wait "dws-env.*job $f58 \(shell rank 0\): read the job eventlog from rank 0 after 5s: it shows prolog-finish of the dws prolog there, but this node.s broker still shows it only up to alloc" &&
+    kvs_rpc 1 kvs.setroot-unpause &&
+    flux job wait-event -t $DWS_TIMEOUT $id clean >/dev/null &&
+    flux job attach -l $id >behind.out 2>behind.err &&
+    echo "0: /mnt/behind" >behind.expected &&
+    test_cmp behind.expected behind.out &&
+    grep "stderr: dws-env: read the job eventlog from rank 0 after 5s" behind.err &&
+    test_must_fail grep ERROR behind.err
+'
+
+test_expect_success 'a #DW job whose dws.env-timeout is not a duration fails with one line' '
+    test_must_fail flux run -o userrc="$USERRC" -o dws.env-timeout=soon -S dw="$DW" \
+        sh -c "echo started" >badopt.out 2>badopt.err &&
+    test_must_be_empty badopt.out &&
+    grep "ERROR: dws-env: shell option dws.env-timeout=\"soon\" is not a duration such as 10m" \
+        badopt.err &&
+    test $(grep -c "ERROR: dws-env:" badopt.err) -eq 1
 '
 
 # malformed CONTEXT MESSAGE: the job fails in shell init, the message says why.

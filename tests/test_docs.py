@@ -298,6 +298,10 @@ def job_system_attributes(argv: list[str]) -> dict[str, Any]:
             spec, i = arg[len("--setattr=") :], i + 1
         elif arg.startswith("-S"):
             spec, i = arg[2:], i + 1
+        elif arg in ("-o", "--setopt"):  # shell options: attributes.system.shell.options
+            spec, i = "shell.options." + argv[i + 1], i + 2
+        elif arg.startswith("--setopt="):
+            spec, i = "shell.options." + arg[len("--setopt=") :], i + 1
         elif arg.startswith("-"):
             i += 1  # options used in the docs take their value attached (-N4)
             continue
@@ -514,6 +518,39 @@ def test_parse_cli_catches_what_the_command_refuses():
         parse_cli(["service", "--debug"])
     with pytest.raises(DwsError):
         parse_cli(["list", "-o", "{jobid} {nosuch}"])
+
+
+def shell_plugin_constants() -> dict[str, str]:
+    """shell/dws-env.c's string macros and double constants, by name."""
+    source = (ROOT / "shell" / "dws-env.c").read_text()
+    found = dict(re.findall(r'^#define (\w+) "([^"]*)"', source, re.MULTILINE))
+    found.update(re.findall(r"^static const double (\w+) = ([\d.]+);", source, re.MULTILINE))
+    return found
+
+
+def test_shell_options_in_the_docs_are_the_plugins_and_its_bounds_are_as_said():
+    constants = shell_plugin_constants()
+    option, key = constants["OPTION"], constants["TIMEOUT_KEY"]
+    default, most = float(constants["DEFAULT_BOUND"]), float(constants["MAX_BOUND"])
+    first, every = float(constants["RANK0_AFTER"]), float(constants["NOTICE_INTERVAL"])
+    used = [
+        options[option]
+        for command in submissions()
+        if option
+        in (options := job_system_attributes(command.argv).get("shell", {}).get("options", {}))
+    ]
+    assert used, f"the guides show -o {option}.{key}"
+    for settings in used:
+        assert set(settings) == {key}
+        assert 0 < parse_fsd(settings[key]) <= most
+    admin = section(ADMIN, "The shell plugin")
+    words = " ".join(admin.split())
+    assert f"waits at most {default / 60:g} minutes" in words
+    assert f"the shell option ``{option}.{key}``, at most {most / 60:g} minutes" in words
+    assert f"After {first:g} seconds of waiting, and every minute after" in words
+    assert every == 60
+    assert f"reading it from rank 0 too; giving up after {default / 60:g}m" in admin
+    assert f"within {default / 60:g}m (-o {option}.{key}); last event seen: " in admin
 
 
 def test_jobtap_and_make_lines_name_what_exists():
