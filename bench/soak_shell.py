@@ -240,22 +240,12 @@ def run_instance(
     left: dict[str, Any] = {}
     with Stack(hosts=args.hosts, backend="flux", config={"heartbeat": "2s"}) as stack:
         uri = stack.flux.uri
-        active: list[Job] = []
-        submitted = 0
-        while submitted < count or active:
-            while submitted < count and len(active) < args.in_flight:
-                if args.reload_kvs and args.hosts > 1 and not active:
-                    fresh_kvs(stack, args.hosts)
-                nnodes = max(1, args.hosts - submitted % args.hosts)
-                job = Job(stack.submit(JOBDW, nnodes=nnodes), nnodes, time.monotonic(), index)
-                submitted += 1
-                active.append(job)
-                jobs.append(job)
-            time.sleep(POLL)
-            for job in list(active):
-                if watch_job(stack, job, args, notes):
-                    active.remove(job)
-            progress(args, jobs)
+        try:
+            run_jobs(stack, args, index, count, jobs, notes)
+        except KeyboardInterrupt:  # end the jobs while the service runs: a quick shutdown
+            with contextlib.suppress(Exception):
+                stack.flux.end_active_jobs(timeout=30)
+            raise
         logged = stack.flux.command("exec", "-r", "all", "flux", "dmesg", timeout=60).stdout
         left["workflows"] = stack.workflows_left(timeout=60)
         left["active jobs"] = stack.flux.end_active_jobs()
@@ -266,6 +256,33 @@ def run_instance(
         "gave up": sum("gave up after" in line for line in lines),
     }
     return left
+
+
+def run_jobs(
+    stack: Stack,
+    args: argparse.Namespace,
+    index: int,
+    count: int,
+    jobs: list[Job],
+    notes: list[str],
+) -> None:
+    """Submit ``count`` jobs, at most ``--in-flight`` at a time, and follow them to their end."""
+    active: list[Job] = []
+    submitted = 0
+    while submitted < count or active:
+        while submitted < count and len(active) < args.in_flight:
+            if args.reload_kvs and args.hosts > 1 and not active:
+                fresh_kvs(stack, args.hosts)
+            nnodes = max(1, args.hosts - submitted % args.hosts)
+            job = Job(stack.submit(JOBDW, nnodes=nnodes), nnodes, time.monotonic(), index)
+            submitted += 1
+            active.append(job)
+            jobs.append(job)
+        time.sleep(POLL)
+        for job in list(active):
+            if watch_job(stack, job, args, notes):
+                active.remove(job)
+        progress(args, jobs)
 
 
 def fresh_kvs(stack: Stack, hosts: int) -> None:
@@ -402,15 +419,23 @@ def main() -> int:
     if args.diag is None:
         args.diag = Path(tempfile.mkdtemp(prefix="soak-shell-"))
 
-    def terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminate)
     jobs: list[Job] = []
     left: list[dict[str, Any]] = []
     notes: list[str] = []
     started = time.monotonic()
     load = Load(args.load)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: the load stops at once; a second signal does not cut the
+        clean-up short (the instance's own watch ends it if this process dies)."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("interrupted: stopping everything this soak started", flush=True)
+        load.stop()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)  # even if this process was started ignoring it
     try:
         index = 0
         while len(jobs) < args.jobs:
@@ -418,7 +443,7 @@ def main() -> int:
             left.append(run_instance(args, index, share, jobs, notes))
             index += 1
     except KeyboardInterrupt:
-        print("interrupted: stopping everything this soak started", flush=True)
+        pass
     finally:
         load.stop()
     report(args, jobs, left, notes, time.monotonic() - started)
