@@ -3,7 +3,7 @@
 """Soak: many #DW jobs on real Flux under CPU load; how many job shells got stuck.
 
     python bench/soak_shell.py [--jobs 300] [--per-instance 5] [--hosts 4] [--in-flight 1]
-                               [--load N] [--stuck-after 30] [--diag DIR]
+                               [--load N] [--stuck-after 30] [--reload-kvs] [--diag DIR]
 
 Prints figures; never passes or fails on time.  It starts one real Flux instance after
 another (flux_dws.testing.Stack with backend="flux": the dws jobtap and dws-env shell plugins
@@ -17,7 +17,10 @@ rank 0 whose KVS misses a commit made while it sets the primary namespace up, on
 request for it (often the first job shell on that node, right as the job-manager commits the
 batch holding prolog-finish), and that stays behind only until the next commit.  A busy
 instance heals it in milliseconds; a quiet one with a fresh broker is where shells waited for
-ever, as in the test suite.  ``--in-flight 16 --per-instance 1000`` measures a busy instance.
+ever, as in the test suite.  ``--in-flight 16 --per-instance 1000`` measures a busy instance;
+``--reload-kvs`` reloads the KVS module of every broker but rank 0 before each job (as a
+restart of those nodes' brokers would), so that every job, not only an instance's first, can
+meet a freshly set-up KVS.
 
 A job whose shell is running (its eventlog has ``start``) but whose exec eventlog has no
 ``shell.init`` after ``--stuck-after`` seconds counts as stuck: its flux-shell processes are
@@ -237,20 +240,12 @@ def run_instance(
     left: dict[str, Any] = {}
     with Stack(hosts=args.hosts, backend="flux", config={"heartbeat": "2s"}) as stack:
         uri = stack.flux.uri
-        active: list[Job] = []
-        submitted = 0
-        while submitted < count or active:
-            while submitted < count and len(active) < args.in_flight:
-                nnodes = max(1, args.hosts - submitted % args.hosts)
-                job = Job(stack.submit(JOBDW, nnodes=nnodes), nnodes, time.monotonic(), index)
-                submitted += 1
-                active.append(job)
-                jobs.append(job)
-            time.sleep(POLL)
-            for job in list(active):
-                if watch_job(stack, job, args, notes):
-                    active.remove(job)
-            progress(args, jobs)
+        try:
+            run_jobs(stack, args, index, count, jobs, notes)
+        except KeyboardInterrupt:  # end the jobs while the service runs: a quick shutdown
+            with contextlib.suppress(Exception):
+                stack.flux.end_active_jobs(timeout=30)
+            raise
         logged = stack.flux.command("exec", "-r", "all", "flux", "dmesg", timeout=60).stdout
         left["workflows"] = stack.workflows_left(timeout=60)
         left["active jobs"] = stack.flux.end_active_jobs()
@@ -261,6 +256,43 @@ def run_instance(
         "gave up": sum("gave up after" in line for line in lines),
     }
     return left
+
+
+def run_jobs(
+    stack: Stack,
+    args: argparse.Namespace,
+    index: int,
+    count: int,
+    jobs: list[Job],
+    notes: list[str],
+) -> None:
+    """Submit ``count`` jobs, at most ``--in-flight`` at a time, and follow them to their end."""
+    active: list[Job] = []
+    submitted = 0
+    while submitted < count or active:
+        while submitted < count and len(active) < args.in_flight:
+            if args.reload_kvs and args.hosts > 1 and not active:
+                fresh_kvs(stack, args.hosts)
+            nnodes = max(1, args.hosts - submitted % args.hosts)
+            job = Job(stack.submit(JOBDW, nnodes=nnodes), nnodes, time.monotonic(), index)
+            submitted += 1
+            active.append(job)
+            jobs.append(job)
+        time.sleep(POLL)
+        for job in list(active):
+            if watch_job(stack, job, args, notes):
+                active.remove(job)
+        progress(args, jobs)
+
+
+def fresh_kvs(stack: Stack, hosts: int) -> None:
+    """Reload the KVS module of every broker but rank 0, as a restart of those nodes' brokers
+    would: each sets the primary namespace up again on its next request, which the next
+    job's shells often are."""
+    ranks = f"1-{hosts - 1}" if hosts > 2 else "1"
+    done = stack.flux.command("exec", "-r", ranks, "flux", "module", "reload", "kvs", timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"flux module reload kvs on ranks {ranks}: {done.stderr.strip()}")
 
 
 def progress(args: argparse.Namespace, jobs: list[Job]) -> None:
@@ -373,6 +405,12 @@ def main() -> int:
     parser.add_argument("--stuck-after", type=float, default=30.0, help="seconds after start")
     parser.add_argument("--job-timeout", type=float, default=600.0, help="seconds after submit")
     parser.add_argument("--diag", type=Path, default=None, help="where diagnostics go")
+    parser.add_argument(
+        "--reload-kvs",
+        action="store_true",
+        help="before each job (with nothing in flight), reload the KVS of every broker but"
+        " rank 0, as a restart of those nodes' brokers would",
+    )
     args = parser.parse_args()
     problem = real_flux_problem()
     if problem:
@@ -381,15 +419,23 @@ def main() -> int:
     if args.diag is None:
         args.diag = Path(tempfile.mkdtemp(prefix="soak-shell-"))
 
-    def terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminate)
     jobs: list[Job] = []
     left: list[dict[str, Any]] = []
     notes: list[str] = []
     started = time.monotonic()
     load = Load(args.load)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: the load stops at once; a second signal does not cut the
+        clean-up short (the instance's own watch ends it if this process dies)."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("interrupted: stopping everything this soak started", flush=True)
+        load.stop()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)  # even if this process was started ignoring it
     try:
         index = 0
         while len(jobs) < args.jobs:
@@ -397,7 +443,7 @@ def main() -> int:
             left.append(run_instance(args, index, share, jobs, notes))
             index += 1
     except KeyboardInterrupt:
-        print("interrupted: stopping everything this soak started", flush=True)
+        pass
     finally:
         load.stop()
     report(args, jobs, left, notes, time.monotonic() - started)
