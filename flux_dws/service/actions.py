@@ -42,7 +42,6 @@ from flux_dws.service.outcome import (
     Adopted,
     AskAnswered,
     Asking,
-    Call,
     Delivered,
     FailuresRead,
     Learned,
@@ -125,10 +124,13 @@ def set_desired_state(x: ActionExecutor, action: act.SetDesiredState, seen: Seen
     wf = seen.workflow
     asked = dataclasses.replace(wf, desired_state=action.state, hurry=action.hurry) if wf else None
     asking = Asking(asked, wf)
-    answered = _asked(x, seen, action, asking, plan, allocated)
-    args = (x.kube, name, action, plan, notes)
-    what = f"asking for {action.state.value}"
-    yield Call(_assign_and_ask, args, {}, what, "urgent", detached=answered)
+    yield call(
+        _assign_and_ask,
+        *(x.kube, name, action, plan, notes),
+        what=f"asking for {action.state.value}",
+        lane="urgent",
+        detached=_asked(x, seen, action, asking, plan, allocated),
+    )
     return Learned((asking,))
 
 

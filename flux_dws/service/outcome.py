@@ -56,9 +56,16 @@ class Call:
     detached: Callable[[Any, BaseException | None], Outcome] | None = None
 
 
-def call(fn: Callable[..., Any], *args: Any, what: str, lane: str = "normal", **kw: Any) -> Call:
-    """A ``Call`` step, written as the call it makes."""
-    return Call(fn, args, kw, what, lane)
+def call(
+    fn: Callable[..., Any],
+    *args: Any,
+    what: str,
+    lane: str = "normal",
+    detached: Callable[[Any, BaseException | None], Outcome] | None = None,
+    **kw: Any,
+) -> Call:
+    """A ``Call`` step, written as the call it makes: the one way handlers make one."""
+    return Call(fn, args, kw, what, lane, detached)
 
 
 @dataclass(frozen=True)

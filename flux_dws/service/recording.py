@@ -42,13 +42,14 @@ from flux_dws.service.outcome import (
     Rpc,
     Step,
     Wait,
+    call,
     error_text,
 )
 
 log = logging.getLogger("flux-dws")
 
 #: Plugin errors that say the output can never be saved this way (not worth a retry).
-_UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.E2BIG})
+UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.E2BIG})
 
 Steps = Generator[Step, Any, Outcome]
 
@@ -77,9 +78,8 @@ def movements_of(x: ActionExecutor, seen: Seen, lane: str = "normal") -> Call:
     wf = seen.workflow
     assert wf is not None
     cache = x.records.movements if x.records is not None else None
-    read = data_movements_or_why
     args = (x.kube, wf.name, wf.namespace, cache, wf.resource_version)
-    return Call(read, args, {}, "reading data movements", lane)
+    return call(data_movements_or_why, *args, what="reading data movements", lane=lane)
 
 
 def no_movements(text: str) -> tuple[list, str]:
@@ -146,7 +146,7 @@ def _collect(x: ActionExecutor, seen: Seen) -> Generator[Step, Any, Any]:
     # Soon: the job's Teardown waits for this (core.lifecycle); behind new jobs' creates and
     # reads it waited a quarter second at 1000 jobs (bench_service).
     args = (x.kube, wf.name, wf.namespace, limit, cache, wf.resource_version, 0.0)
-    step = Call(collect_output, args, {}, "reading container output", "soon")
+    step = call(collect_output, *args, what="reading container output", lane="soon")
 
     def none(text: str) -> SavedOutput:
         return SavedOutput(note=f"no container output: {text}", limit=limit)
@@ -166,7 +166,7 @@ def _save(x: ActionExecutor, jobid: int, saved: SavedOutput) -> Generator[Step, 
             "save",
         )
     except RpcError as error:
-        if error.errnum not in _UNSAVABLE and not x.attempts.failed(jobid, "save"):
+        if error.errnum not in UNSAVABLE and not x.attempts.failed(jobid, "save"):
             return Retry(f"save: {error}")
         x.attempts.succeeded(jobid, "save")
         return f"not saved: {error.message}"

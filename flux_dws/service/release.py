@@ -43,12 +43,10 @@ from flux_dws.service.outcome import (
     Wait,
     call,
 )
-from flux_dws.service.recording import movements_of, no_movements, read_or_go_on
+from flux_dws.service.recording import UNSAVABLE, movements_of, no_movements, read_or_go_on
 
 log = logging.getLogger("flux-dws")
 
-#: Plugin errors that say the outcome can never be saved (not worth a retry).
-_UNSAVABLE = frozenset({errno.ENOSYS, errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.E2BIG})
 
 Steps = Generator[Step, Any, Outcome]
 
@@ -127,7 +125,7 @@ def _save_outcome(
     try:
         yield Rpc(lambda done: x.jm.save(jobid, key, value, done), "save")
     except RpcError as error:
-        if error.errnum not in _UNSAVABLE and not x.attempts.failed(jobid, what):
+        if error.errnum not in UNSAVABLE and not x.attempts.failed(jobid, what):
             return Retry(f"save: {error}")
         log.error(
             "job %s workflow %s: could not save the %s outcome in the job's KVS (%s): %s; going on",

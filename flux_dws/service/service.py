@@ -543,14 +543,9 @@ class Service:
         self._learn(tracked, outcome.facts)
         if isinstance(outcome, Learned):
             return not outcome.again
-        if isinstance(outcome, Refused):
-            self._refuse(tracked, outcome.refusal)
-            return False
-        refusal = self._give_up(tracked, outcome.failure) if outcome.failure else None
-        if refusal is not None:
-            self._refuse(tracked, refusal)
-            return False
-        self._chain_failed(tracked, name, outcome.why)
+        if not self._refused(tracked, outcome):
+            assert isinstance(outcome, Retry)
+            self._chain_failed(tracked, name, outcome.why)
         return False
 
     def _report(self, jobid: int, outcome: Outcome) -> None:
@@ -564,23 +559,31 @@ class Service:
             self._learn(tracked, outcome.facts)
         except Exception:  # a bug must not wedge the job: decide again later
             log.exception("job %s: writing what a detached call reported raised", f58(jobid))
-        if isinstance(outcome, Refused):
-            self._refuse(tracked, outcome.refusal)
-        elif isinstance(outcome, Retry):
-            refusal = self._give_up(tracked, outcome.failure) if outcome.failure else None
-            if refusal is None:
-                tracked.retry = failing.backoff(tracked.retry)
-                log.warning(
-                    "job %s workflow %s: %s; retrying in %.1fs",
-                    f58(jobid),
-                    self._workflow_name(tracked),
-                    outcome.why,
-                    tracked.retry,
-                )
-                self.loop.call_later(tracked.retry, self._kick, jobid)
-                return
-            self._refuse(tracked, refusal)
+        if isinstance(outcome, (Refused, Retry)) and not self._refused(tracked, outcome):
+            assert isinstance(outcome, Retry)  # a Refused always is
+            tracked.retry = failing.backoff(tracked.retry)
+            log.warning(
+                "job %s workflow %s: %s; retrying in %.1fs",
+                f58(jobid),
+                self._workflow_name(tracked),
+                outcome.why,
+                tracked.retry,
+            )
+            self.loop.call_later(tracked.retry, self._kick, jobid)
+            return
         self._kick(jobid)
+
+    def _refused(self, tracked: Tracked, outcome: Refused | Retry) -> bool:
+        """Whether ``outcome`` fails the job: a refusal, or a call the core gives up on
+        (core.failing.give_up); if so it is the job's refusal now, which decide() raises."""
+        if isinstance(outcome, Refused):
+            refusal: failing.Refusal | None = outcome.refusal
+        else:
+            refusal = self._give_up(tracked, outcome.failure) if outcome.failure else None
+        if refusal is None:
+            return False
+        self._refuse(tracked, refusal)
+        return True
 
     def _give_up(self, tracked: Tracked, failure: failing.CallFailure) -> failing.Refusal | None:
         """The core's verdict on a Kubernetes call that failed (flux_dws.core.failing)."""
